@@ -1,0 +1,280 @@
+"""World model behind any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, ``aw-mcp engine serve``).
+
+``base_url`` follows the OpenAI SDK convention: it already includes the API prefix (``http://host:8000/v1``), and
+requests go to ``{base_url}/chat/completions``. A URL without ``/v1`` is used as given, so a server that mounts the
+API elsewhere still works.
+
+The answer is streamed (SSE) so the caller can report progress while the model thinks; a server that ignores
+``stream`` and answers with one JSON completion is accepted too. Thinking arrives in ``delta.reasoning_content``
+(SGLang, older vLLM) or ``delta.reasoning`` (newer vLLM), depending on the server's reasoning parser.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+
+from aw_mcp.backends.base import (
+    BackendError,
+    CallRef,
+    ChatMessage,
+    Generation,
+    GenerationParams,
+    ProgressCallback,
+)
+
+BODY_EXCERPT_CHARS = 500
+PROGRESS_INTERVAL_S = (
+    0.25  # at most ~4 progress notifications per second; clients render them, not count them
+)
+MAX_RETRY_AFTER_S = 60.0  # a server asking for a longer pause is better reported than waited on
+CONNECT_TIMEOUT_S = 10.0
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way a later attempt may not (overload, server error, dropped connection)."""
+
+    def __init__(self, reason: str, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class _Accumulator:
+    """What the stream has delivered so far."""
+
+    content: str = ""
+    reasoning: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    chunks: int = 0  # content/reasoning chunks: the token count when the server sends no usage
+
+    @property
+    def tokens(self) -> int:
+        return max(self.chunks, self.completion_tokens or 0)
+
+    def add_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
+
+
+def _excerpt(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= BODY_EXCERPT_CHARS else text[:BODY_EXCERPT_CHARS] + "…"
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """Parse ``Retry-After``: delta-seconds (also fractional, which test servers use) or an HTTP date."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+def _reasoning_of(part: dict[str, Any]) -> str:
+    return part.get("reasoning_content") or part.get("reasoning") or ""
+
+
+class OpenAIWorldModel:
+    """Streams chat completions from an OpenAI-compatible server, with retries on transient failures."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.model = model
+        self.api_key = api_key if api_key is not None else os.environ.get("AW_API_KEY") or None
+        self.retries = max(0, retries)  # extra attempts after the first
+        self.backoff_s = backoff_s
+        # Read timeout is per chunk, so a long generation is fine as long as the server keeps streaming.
+        self.timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+        self._owns_client = http_client is None
+        self._client = http_client if http_client is not None else httpx.AsyncClient(timeout=self.timeout)
+
+    def request_body(self, messages: list[ChatMessage], params: GenerationParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k,
+            "max_tokens": params.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            # vLLM and SGLang pass these to the chat template; Qwen's template switches thinking with it.
+            "chat_template_kwargs": {"enable_thinking": params.thinking},
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream, application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    async def generate(
+        self,
+        messages: list[ChatMessage],
+        params: GenerationParams,
+        on_progress: ProgressCallback | None = None,
+        call: CallRef | None = None,
+    ) -> Generation:
+        body = self.request_body(messages, params)
+        attempts = self.retries + 1
+        last_reason = "no attempt made"
+        for attempt in range(1, attempts + 1):
+            try:
+                generation = await self._attempt(body, on_progress)
+            except _Retryable as failure:
+                last_reason = failure.reason
+                if attempt == attempts:
+                    break
+                await anyio.sleep(self._delay(attempt, failure.retry_after_s))
+                continue
+            generation.extra["attempts"] = attempt
+            return generation
+        raise BackendError(
+            f"world model server {self.url} failed after {attempts} attempt(s); last error: {last_reason}"
+        )
+
+    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
+        if retry_after_s is not None:
+            return retry_after_s
+        # Full jitter keeps several clients that failed together from retrying in lockstep.
+        base = self.backoff_s * 2 ** (attempt - 1)
+        return base * (0.5 + random.random() / 2)
+
+    async def _attempt(self, body: dict[str, Any], on_progress: ProgressCallback | None) -> Generation:
+        try:
+            async with self._client.stream(
+                "POST", self.url, json=body, headers=self._headers(), timeout=self.timeout
+            ) as response:
+                if response.status_code != 200:
+                    await self._raise_for_status(response)
+                content_type = response.headers.get("content-type", "")
+                if "text/event-stream" in content_type:
+                    acc = await self._read_stream(response.aiter_lines(), on_progress)
+                else:
+                    acc = self._read_whole(await response.aread())
+        except httpx.UnsupportedProtocol as error:
+            raise BackendError(f"world model URL {self.url} is not usable: {error}") from error
+        except httpx.TransportError as error:  # connect/read errors, timeouts, dropped connections
+            raise _Retryable(f"{type(error).__name__}: {error or 'no detail'}") from error
+        if on_progress is not None:
+            await on_progress(acc.tokens, "done")
+        return Generation(
+            text=acc.content,
+            reasoning=acc.reasoning,
+            finish_reason=acc.finish_reason,
+            prompt_tokens=acc.prompt_tokens,
+            completion_tokens=acc.completion_tokens,
+        )
+
+    async def _raise_for_status(self, response: httpx.Response) -> None:
+        status = response.status_code
+        excerpt = _excerpt((await response.aread()).decode("utf-8", errors="replace"))
+        reason = f"HTTP {status}: {excerpt or '(empty body)'}"
+        if status == 429 or status >= 500:
+            raise _Retryable(reason, _retry_after_seconds(response.headers.get("retry-after")))
+        # Other 4xx (bad request, auth, unknown model) will fail the same way every time.
+        raise BackendError(f"world model server {self.url} rejected the request: {reason}")
+
+    async def _read_stream(self, lines: Any, on_progress: ProgressCallback | None) -> _Accumulator:
+        acc = _Accumulator()
+        last_report = time.monotonic()
+        done = False
+        async for line in lines:
+            if not line.startswith("data:"):
+                continue  # blank separators, comments (": ping"), event/id fields
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                done = True
+                break
+            try:
+                chunk = json.loads(data)
+            except json.JSONDecodeError as error:
+                raise _Retryable(f"malformed stream chunk {_excerpt(data)!r}: {error}") from error
+            self._apply_chunk(chunk, acc)
+            if on_progress is not None and time.monotonic() - last_report >= PROGRESS_INTERVAL_S:
+                last_report = time.monotonic()
+                await on_progress(acc.tokens, "answering" if acc.content else "thinking")
+        if not done and acc.finish_reason is None:
+            raise _Retryable(f"stream ended after {acc.chunks} chunk(s) without finishing")
+        return acc
+
+    def _apply_chunk(self, chunk: Any, acc: _Accumulator) -> None:
+        if not isinstance(chunk, dict):
+            raise _Retryable(f"unexpected stream chunk {_excerpt(json.dumps(chunk))}")
+        if "error" in chunk:  # vLLM reports failures after the 200 header as an error chunk
+            error = chunk["error"]
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise _Retryable(f"error in stream: {_excerpt(str(message))}")
+        acc.add_usage(chunk.get("usage"))
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = _reasoning_of(delta)
+            content = delta.get("content") or ""
+            if reasoning or content:
+                acc.chunks += 1
+            acc.reasoning += reasoning
+            acc.content += content
+            if choice.get("finish_reason"):
+                acc.finish_reason = choice["finish_reason"]
+
+    def _read_whole(self, raw: bytes) -> _Accumulator:
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            completion = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise _Retryable(f"response is not JSON: {_excerpt(text)!r}") from error
+        choices = completion.get("choices") if isinstance(completion, dict) else None
+        if not choices:
+            raise _Retryable(f"response has no choices: {_excerpt(text)!r}")
+        message = choices[0].get("message") or {}
+        acc = _Accumulator(
+            content=message.get("content") or "",
+            reasoning=_reasoning_of(message),
+            finish_reason=choices[0].get("finish_reason"),
+        )
+        acc.add_usage(completion.get("usage"))
+        acc.chunks = 1 if acc.content or acc.reasoning else 0
+        return acc
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
