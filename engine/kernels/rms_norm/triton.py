@@ -29,9 +29,9 @@ def _rms_norm_kernel(
     x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         # The residual stream lives in x.dtype, so the sum is rounded to it before the norm (as in torch).
-        h = (x.to(tl.float32) + tl.load(res_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)).to(
-            h_ptr.dtype.element_ty
-        )
+        h = (
+            x.to(tl.float32) + tl.load(res_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+        ).to(h_ptr.dtype.element_ty)
         tl.store(h_ptr + row * n_cols + cols, h, mask=mask)
         xf = h.to(tl.float32)
     else:

@@ -1,0 +1,300 @@
+"""Gated delta rule in Triton: the chunked form (prefill) and the token recurrence (decode).
+
+Per value head, state S [K, V] fp32 and log-decay g <= 0:  S <- exp(g_t) S;  S <- S + k_t (beta_t (v_t - S^T k_t))^T;
+o_t = S^T (scale q_t).  Value head h reads key head h // (HV // H).
+
+Chunked form (chunk C = 64, one program per (sequence, value head, V block), walking its chunks in order).
+Within a chunk, with G the chunk-local cumulative log-decay and S0 the state entering it, the corrected values
+u_t = beta_t (v_t - k_t^T S_{t-1} exp(g_t)) satisfy the unit lower-triangular system
+    (I + A) u = beta V - (beta K exp(G)) S0,    A[t, s] = beta_t (k_t . k_s) exp(G_t - G_s)  for s < t,
+so with T = (I + A)^-1 (the UT transform): W = T (beta K exp(G)), U = T (beta V), u = U - W S0 (the WY form).
+Then  O = (Q exp(G)) S0 + (tril(Q K^T * exp(G_t - G_s))) u  and  S1 = exp(G_C) S0 + (K exp(G_C - G))^T u.
+T is found by forward substitution over the 64 rows, in registers. Everything is fp32; the matrix products use
+tf32 on a GPU (`AW_GDN_DOT_PRECISION=ieee` forces full fp32) and exact fp32 in the interpreter.
+Variable-length batches: each program reads its sequence's bounds from cu_seqlens, and the last partial chunk is
+masked (zero k, v, beta and g rows are inert: they add nothing and do not decay the state).
+
+Recurrent form (decode): one program per (sequence, value head, V block) holding its [K, BV] state slice in
+registers across the sequence's tokens; gates, the q/k l2norm and the in-place state write-back are fused, and
+one launch covers every sequence in the batch.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+CHUNK_SIZE = 64
+_DOT_PRECISION = os.environ.get("AW_GDN_DOT_PRECISION", "tf32")
+
+
+@triton.jit
+def _load_qk_rows(ptr, rows, row_ok, head, n_heads, kk, k_ok, DIM: tl.constexpr, USE_L2NORM: tl.constexpr):
+    x = tl.load(
+        ptr + (rows.to(tl.int64)[:, None] * n_heads + head) * DIM + kk[None, :],
+        mask=row_ok[:, None] & k_ok[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    if USE_L2NORM:
+        x = x * tl.math.rsqrt(tl.sum(x * x, axis=1) + 1e-6)[:, None]
+    return x
+
+
+@triton.jit
+def _chunk_gated_delta_rule_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    o_ptr,
+    h0_ptr,
+    ht_ptr,
+    cu_seqlens_ptr,
+    scale,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    USE_L2NORM: tl.constexpr,
+    HAS_H0: tl.constexpr,
+    STORE_HT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    n = i_nh // HV
+    hv = i_nh % HV
+    hk = hv // (HV // H)
+    bos = tl.load(cu_seqlens_ptr + n).to(tl.int32)
+    eos = tl.load(cu_seqlens_ptr + n + 1).to(tl.int32)
+
+    kk = tl.arange(0, BK)
+    k_ok = kk < K
+    vv = i_v * BV + tl.arange(0, BV)
+    v_ok = vv < V
+    ri = tl.arange(0, BT)
+    lower_eq = ri[:, None] >= ri[None, :]
+    strictly_lower = ri[:, None] > ri[None, :]
+    eye = tl.where(ri[:, None] == ri[None, :], 1.0, 0.0)
+
+    state_off = (n.to(tl.int64) * HV + hv) * K * V + kk[:, None] * V + vv[None, :]
+    state_mask = k_ok[:, None] & v_ok[None, :]
+    if HAS_H0:
+        state = tl.load(h0_ptr + state_off, mask=state_mask, other=0.0).to(tl.float32)
+    else:
+        state = tl.zeros([BK, BV], dtype=tl.float32)
+
+    for t0 in range(bos, eos, BT):
+        rows = t0 + ri
+        row_ok = rows < eos
+        q = _load_qk_rows(q_ptr, rows, row_ok, hk, H, kk, k_ok, K, USE_L2NORM) * scale
+        k = _load_qk_rows(k_ptr, rows, row_ok, hk, H, kk, k_ok, K, USE_L2NORM)
+        vh_off = (rows.to(tl.int64)[:, None] * HV + hv) * V + vv[None, :]
+        vh_mask = row_ok[:, None] & v_ok[None, :]
+        v = tl.load(v_ptr + vh_off, mask=vh_mask, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
+        beta = tl.load(beta_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
+
+        gam = tl.cumsum(g, axis=0)
+        gam_last = tl.sum(tl.where(ri == BT - 1, gam, 0.0), axis=0)
+        # exp(G_t - G_s) on and below the diagonal; the argument is masked first so the upper half cannot overflow.
+        decay = tl.where(lower_eq, tl.exp(tl.where(lower_eq, gam[:, None] - gam[None, :], 0.0)), 0.0)
+
+        k_beta = k * beta[:, None]
+        a = tl.dot(k_beta, tl.trans(k), input_precision=DOT_PRECISION) * decay
+        a = tl.where(strictly_lower, a, 0.0)
+        # T = (I + A)^-1 by forward substitution: row i of T is e_i - sum_{j<i} A[i, j] T[j, :].
+        # Rows past the sequence end are zero in A, so the substitution stops at the last valid row.
+        t_inv = eye
+        for i in range(1, tl.minimum(eos - t0, BT)):
+            a_row = tl.sum(tl.where(ri[:, None] == i, a, 0.0), axis=0)
+            t_inv = tl.where(ri[:, None] == i, t_inv - tl.sum(a_row[:, None] * t_inv, axis=0)[None, :], t_inv)
+
+        w = tl.dot(t_inv, k_beta * tl.exp(gam)[:, None], input_precision=DOT_PRECISION)
+        u = tl.dot(t_inv, v * beta[:, None], input_precision=DOT_PRECISION)
+        u = u - tl.dot(w, state, input_precision=DOT_PRECISION)
+
+        attn = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * decay
+        o = tl.dot(q * tl.exp(gam)[:, None], state, input_precision=DOT_PRECISION)
+        o = o + tl.dot(attn, u, input_precision=DOT_PRECISION)
+        tl.store(o_ptr + vh_off, o.to(o_ptr.dtype.element_ty), mask=vh_mask)
+
+        k_to_end = k * tl.exp(gam_last - gam)[:, None]
+        state = state * tl.exp(gam_last) + tl.dot(tl.trans(k_to_end), u, input_precision=DOT_PRECISION)
+
+    if STORE_HT:
+        tl.store(ht_ptr + state_off, state, mask=state_mask)
+
+
+@triton.jit
+def _recurrent_gated_delta_rule_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    o_ptr,
+    h0_ptr,
+    ht_ptr,
+    cu_seqlens_ptr,
+    scale,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    USE_L2NORM: tl.constexpr,
+    HAS_H0: tl.constexpr,
+    STORE_HT: tl.constexpr,
+):
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    n = i_nh // HV
+    hv = i_nh % HV
+    hk = hv // (HV // H)
+    bos = tl.load(cu_seqlens_ptr + n).to(tl.int64)
+    eos = tl.load(cu_seqlens_ptr + n + 1).to(tl.int64)
+
+    kk = tl.arange(0, BK)
+    k_ok = kk < K
+    vv = i_v * BV + tl.arange(0, BV)
+    v_ok = vv < V
+    state_off = (n.to(tl.int64) * HV + hv) * K * V + kk[:, None] * V + vv[None, :]
+    state_mask = k_ok[:, None] & v_ok[None, :]
+    if HAS_H0:
+        state = tl.load(h0_ptr + state_off, mask=state_mask, other=0.0).to(tl.float32)
+    else:
+        state = tl.zeros([BK, BV], dtype=tl.float32)
+
+    for t in range(bos, eos):
+        q = tl.load(q_ptr + (t * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + (t * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
+        if USE_L2NORM:
+            q = q * tl.math.rsqrt(tl.sum(q * q, axis=0) + 1e-6)
+            k = k * tl.math.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+        v = tl.load(v_ptr + (t * HV + hv) * V + vv, mask=v_ok, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + t * HV + hv).to(tl.float32)
+        beta = tl.load(beta_ptr + t * HV + hv).to(tl.float32)
+        state = state * tl.exp(g)
+        delta = beta * (v - tl.sum(k[:, None] * state, axis=0))
+        state = state + k[:, None] * delta[None, :]
+        o = tl.sum((q * scale)[:, None] * state, axis=0)
+        tl.store(o_ptr + (t * HV + hv) * V + vv, o.to(o_ptr.dtype.element_ty), mask=v_ok)
+
+    if STORE_HT:
+        tl.store(ht_ptr + state_off, state, mask=state_mask)
+
+
+def _sequences(
+    q: torch.Tensor, cu_seqlens: torch.Tensor | None, initial_state: torch.Tensor | None
+) -> tuple[torch.Tensor, int]:
+    batch, length = q.shape[:2]
+    if cu_seqlens is None:
+        cu_seqlens = torch.arange(0, batch + 1, device=q.device, dtype=torch.int32) * length
+    elif batch != 1:
+        raise ValueError("cu_seqlens needs packed input with batch size 1")
+    n_seqs = cu_seqlens.numel() - 1
+    if initial_state is not None and initial_state.shape[0] != n_seqs:
+        raise ValueError(f"initial_state has {initial_state.shape[0]} sequences, expected {n_seqs}")
+    return cu_seqlens, n_seqs
+
+
+def _check_heads(q: torch.Tensor, v: torch.Tensor) -> None:
+    if v.shape[2] % q.shape[2]:
+        raise ValueError(f"value heads ({v.shape[2]}) must be a multiple of key heads ({q.shape[2]})")
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; initial_state [N, HV, K, V] fp32.
+
+    Returns o [B, T, HV, V] in v.dtype and the final state [N, HV, K, V] fp32 (None unless requested).
+    """
+    _check_heads(q, v)
+    cu_seqlens, n_seqs = _sequences(q, cu_seqlens, initial_state)
+    heads_k, dim_k = q.shape[2], q.shape[3]
+    heads_v, dim_v = v.shape[2], v.shape[3]
+    o = torch.empty_like(v)
+    final = torch.empty(n_seqs, heads_v, dim_k, dim_v, dtype=torch.float32, device=q.device)
+    h0 = initial_state.float().contiguous() if initial_state is not None else final
+    block_k = max(triton.next_power_of_2(dim_k), 16)
+    block_v = min(max(triton.next_power_of_2(dim_v), 16), 32)
+    if n_seqs and q.shape[1]:
+        grid = (triton.cdiv(dim_v, block_v), n_seqs * heads_v)
+        _chunk_gated_delta_rule_kernel[grid](
+            q.contiguous(), k.contiguous(), v.contiguous(), g.float().contiguous(), beta.contiguous(), o, h0, final,
+            cu_seqlens, dim_k**-0.5 if scale is None else scale,
+            H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BT=CHUNK_SIZE, BK=block_k, BV=block_v,
+            USE_L2NORM=use_qk_l2norm_in_kernel, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
+            DOT_PRECISION=_DOT_PRECISION, num_warps=8, num_stages=1,
+        )  # fmt: skip
+    elif output_final_state:
+        final.copy_(h0) if initial_state is not None else final.zero_()
+    return o, final if output_final_state else None
+
+
+def fused_recurrent_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    inplace_final_state: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same arguments and results as `chunk_gated_delta_rule`, computed token by token.
+
+    `inplace_final_state=True` writes the final state into `initial_state` (which must then be a contiguous fp32
+    tensor) and returns it as the final state: the decode cache path, with no extra copy.
+    """
+    _check_heads(q, v)
+    cu_seqlens, n_seqs = _sequences(q, cu_seqlens, initial_state)
+    heads_k, dim_k = q.shape[2], q.shape[3]
+    heads_v, dim_v = v.shape[2], v.shape[3]
+    if inplace_final_state:
+        if initial_state is None:
+            raise ValueError("inplace_final_state needs an initial_state to write into")
+        if initial_state.dtype != torch.float32 or not initial_state.is_contiguous():
+            raise ValueError("inplace_final_state needs a contiguous fp32 initial_state")
+        h0 = final = initial_state
+    else:
+        final = torch.empty(n_seqs, heads_v, dim_k, dim_v, dtype=torch.float32, device=q.device)
+        h0 = initial_state.float().contiguous() if initial_state is not None else final
+    store = output_final_state or inplace_final_state
+    o = torch.empty_like(v)
+    block_k = triton.next_power_of_2(dim_k)
+    block_v = min(triton.next_power_of_2(dim_v), 32)
+    if n_seqs and q.shape[1]:
+        grid = (triton.cdiv(dim_v, block_v), n_seqs * heads_v)
+        _recurrent_gated_delta_rule_kernel[grid](
+            q.contiguous(), k.contiguous(), v.contiguous(), g.float().contiguous(), beta.contiguous(), o, h0, final,
+            cu_seqlens, dim_k**-0.5 if scale is None else scale,
+            H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BK=block_k, BV=block_v,
+            USE_L2NORM=use_qk_l2norm_in_kernel, HAS_H0=initial_state is not None, STORE_HT=store,
+            num_warps=4, num_stages=1,
+        )  # fmt: skip
+    elif store and not inplace_final_state:
+        final.copy_(h0) if initial_state is not None else final.zero_()
+    return o, final if store else None
