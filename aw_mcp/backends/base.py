@@ -1,0 +1,76 @@
+"""The contract every world-model backend fulfils.
+
+A backend turns a rendered chat conversation into the model's answer. It knows nothing about MCP, worlds or
+perturbations: the simulator renders the prompt and parses the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+ChatMessage = dict[str, str]
+"""One chat turn: ``{"role": "system" | "user" | "assistant", "content": "..."}``."""
+
+ProgressCallback = Callable[[int, str], Awaitable[None]]
+"""Called while generating with (tokens generated so far, a short status message)."""
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling settings, with the model card's recommended defaults."""
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 20
+    max_tokens: int = 8192
+    thinking: bool = True
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CallRef:
+    """Which tool call a generation answers; replay backends key recordings by it."""
+
+    tool: str
+    arguments: dict[str, Any]
+    index: int  # 0-based call index within the world session
+
+
+@dataclass
+class Generation:
+    """The model's answer. ``text`` is the content; thinking, when the server split it off, is ``reasoning``."""
+
+    text: str
+    reasoning: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BackendError(RuntimeError):
+    """The backend could not produce an answer (after its own retries). The message is shown to the agent."""
+
+
+@runtime_checkable
+class WorldModel(Protocol):
+    """Anything that can answer a world-model conversation.
+
+    ``generate`` must be cancellable: when the surrounding anyio scope is cancelled (the MCP client cancelled the
+    tool call) the backend stops its work (closes the HTTP stream, stops the decode loop) and re-raises.
+    """
+
+    name: str
+
+    async def generate(
+        self,
+        messages: list[ChatMessage],
+        params: GenerationParams,
+        on_progress: ProgressCallback | None = None,
+        call: CallRef | None = None,
+    ) -> Generation: ...
+
+    async def aclose(self) -> None: ...

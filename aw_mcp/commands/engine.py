@@ -1,0 +1,21 @@
+"""`aw-mcp engine ...`: the built-in inference engine (OpenAI-compatible server), see `engine/cli.py`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "engine",
+        help="run the built-in Qwen3.5-MoE engine (e.g. `aw-mcp engine serve --model PATH`)",
+        add_help=False,
+    )
+    parser.add_argument("engine_args", nargs=argparse.REMAINDER)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.cli import main as engine_main
+
+    return int(engine_main(list(args.engine_args)) or 0)

@@ -1,0 +1,91 @@
+"""From command-line flags to a running simulator: world file, backend choice, recording and resume."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from aw_mcp.backends.resolve import BACKENDS, open_backend, resolve_backend
+from aw_mcp.bundled import resolve_world_path
+from aw_mcp.session import SessionRegistry, TrajectoryWriter
+from aw_mcp.simulator import Simulator, params_from_settings
+from aw_mcp.world import WorldSpec, load_world
+
+
+def add_world_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--world", required=True, help="world YAML file, or the name of a bundled world")
+
+
+def add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("world model")
+    group.add_argument(
+        "--backend", choices=BACKENDS, help="default: openai when a base URL is set, else local"
+    )
+    group.add_argument(
+        "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (AW_BASE_URL)"
+    )
+    group.add_argument("--model", help="model name (openai) or path / hub id (local) (AW_MODEL)")
+    group.add_argument("--replay", metavar="TRAJECTORY", help="recorded trajectory answering calls (replay)")
+    group.add_argument("--device", help="local engine device, e.g. cuda, cpu")
+    group.add_argument("--dtype", help="local engine dtype, e.g. bfloat16, float32")
+    group.add_argument("--seed", type=int, help="override the world's seed")
+    group.add_argument("--temperature", type=float, help="override the world's sampling temperature")
+    group.add_argument("--max-tokens", type=int, help="override the world's max_tokens")
+    thinking = group.add_mutually_exclusive_group()
+    thinking.add_argument(
+        "--thinking", dest="thinking", action="store_true", default=None, help="let it think"
+    )
+    thinking.add_argument(
+        "--no-thinking", dest="thinking", action="store_false", help="fast mode: no thinking"
+    )
+    group.add_argument("--record", metavar="PATH", help="append one JSON line per call to this trajectory")
+    group.add_argument("--resume", metavar="PATH", help="continue the session recorded in this trajectory")
+
+
+@dataclass
+class WorldSetup:
+    world: WorldSpec
+    spec_text: str
+    simulator: Simulator
+
+
+def apply_overrides(world: WorldSpec, args: argparse.Namespace) -> WorldSpec:
+    model_updates = {
+        key: value
+        for key, value in (
+            ("temperature", getattr(args, "temperature", None)),
+            ("max_tokens", getattr(args, "max_tokens", None)),
+            ("thinking", getattr(args, "thinking", None)),
+        )
+        if value is not None
+    }
+    updates: dict[str, object] = {}
+    if model_updates:
+        updates["model"] = world.model.model_copy(update=model_updates)
+    if getattr(args, "seed", None) is not None:
+        updates["seed"] = args.seed
+    return world.model_copy(update=updates) if updates else world
+
+
+def setup_world(args: argparse.Namespace) -> WorldSetup:
+    """Raises WorldSpecError / BackendConfigError / TrajectoryFormatError with a user-facing message."""
+    path = resolve_world_path(args.world)
+    world = apply_overrides(load_world(path), args)
+    choice = resolve_backend(
+        world.model,
+        backend=args.backend,
+        base_url=args.base_url,
+        model=args.model,
+        replay_path=args.replay,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    record_path = args.record or args.resume
+    writer = TrajectoryWriter(record_path) if record_path else None
+    registry = SessionRegistry(world, writer)
+    if args.resume and Path(args.resume).exists():
+        registry.resume(args.resume)
+    backend = open_backend(choice, world.model)
+    simulator = Simulator(world, backend, registry, params_from_settings(world.model))
+    return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator)

@@ -1,0 +1,179 @@
+"""Built-in tool sets for the non-MCP domains, shaped like the actions the world model was trained on.
+
+A world of domain `terminal`, `search`, `swe`, `android`, `web` or `os` may omit `tools:` and gets these. They are
+plain dicts in the YAML (wire) shape so `world.py` validates them exactly like user-written tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+Domain = Literal["mcp", "search", "terminal", "swe", "android", "web", "os"]
+DOMAINS: tuple[Domain, ...] = ("mcp", "search", "terminal", "swe", "android", "web", "os")
+
+# Domains whose observation is a screen (terminal screen or UI tree): the action turn starts with the current screen.
+SCREEN_DOMAINS: frozenset[str] = frozenset({"terminal", "android", "web", "os"})
+
+
+def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+_ELEMENT = {"type": "integer", "minimum": 0, "description": "Index of the element in the current UI tree."}
+
+BUILTIN_TOOLS: dict[str, list[dict[str, Any]]] = {
+    "terminal": [
+        {
+            "name": "send_keys",
+            "title": "Send keystrokes to the terminal",
+            "description": (
+                "Type keystrokes into the interactive terminal and wait `duration` seconds; returns the terminal "
+                "screen afterwards. End a command with '\\n' to run it; use tmux-style names such as C-c for "
+                "control keys."
+            ),
+            "inputSchema": _obj(
+                {
+                    "keystrokes": {"type": "string", "description": "Exact keystrokes, e.g. 'ls -la\\n'."},
+                    "duration": {
+                        "type": "number",
+                        "minimum": 0,
+                        "maximum": 600,
+                        "default": 1.0,
+                        "description": "Seconds to wait before reading the screen.",
+                    },
+                },
+                ["keystrokes"],
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        }
+    ],
+    "search": [
+        {
+            "name": "web_search",
+            "title": "Web search",
+            "description": "Search the web; returns the top results (title, URL, snippet) for each query.",
+            "inputSchema": _obj(
+                {"queries": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 10}},
+                ["queries"],
+            ),
+            "annotations": {"readOnlyHint": True, "openWorldHint": True},
+        },
+        {
+            "name": "web_extractor",
+            "title": "Read a web page",
+            "description": "Fetch a URL and return the page's main content, optionally focused on a goal.",
+            "inputSchema": _obj(
+                {
+                    "url": {"type": "string", "description": "Absolute http(s) URL."},
+                    "goal": {"type": "string", "description": "What information to extract."},
+                },
+                ["url"],
+            ),
+            "annotations": {"readOnlyHint": True, "openWorldHint": True},
+        },
+    ],
+    "swe": [
+        {
+            "name": "execute_bash",
+            "title": "Run a shell command",
+            "description": "Run a bash command in the repository's sandbox; returns stdout, stderr and exit code.",
+            "inputSchema": _obj(
+                {
+                    "command": {"type": "string"},
+                    "timeout": {"type": "number", "minimum": 1, "maximum": 3600, "default": 120},
+                },
+                ["command"],
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "str_replace_editor",
+            "title": "View and edit files",
+            "description": (
+                "File viewer and editor. `view` shows a file with line numbers or lists a directory; `create` writes "
+                "a new file; `str_replace` replaces one exact, unique occurrence of old_str; `insert` adds text "
+                "after insert_line; `undo_edit` reverts the last edit of path."
+            ),
+            "inputSchema": _obj(
+                {
+                    "command": {"enum": ["view", "create", "str_replace", "insert", "undo_edit"]},
+                    "path": {"type": "string", "description": "Absolute path."},
+                    "file_text": {"type": "string"},
+                    "old_str": {"type": "string"},
+                    "new_str": {"type": "string"},
+                    "insert_line": {"type": "integer", "minimum": 0},
+                    "view_range": {
+                        "type": "array",
+                        "items": {"type": "integer"},
+                        "minItems": 2,
+                        "maxItems": 2,
+                    },
+                },
+                ["command", "path"],
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        },
+    ],
+    "android": [
+        {
+            "name": "android_action",
+            "title": "Act on the Android device",
+            "description": (
+                "Perform one action on the phone; returns the next screen as a UI tree. Actions: tap(element), "
+                "long_press(element), type(element, text), swipe(direction), press(key: back|home|enter|recents), "
+                "open_app(app_name), wait(seconds)."
+            ),
+            "inputSchema": _obj(
+                {
+                    "action": {"enum": ["tap", "long_press", "type", "swipe", "press", "open_app", "wait"]},
+                    "element": _ELEMENT,
+                    "text": {"type": "string"},
+                    "direction": {"enum": ["up", "down", "left", "right"]},
+                    "key": {"enum": ["back", "home", "enter", "recents"]},
+                    "app_name": {"type": "string"},
+                    "seconds": {"type": "number", "minimum": 0, "maximum": 60},
+                },
+                ["action"],
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        }
+    ],
+    "web": [
+        {
+            "name": "browser_action",
+            "title": "Act in the web browser",
+            "description": (
+                "Perform one browser action; returns the next page as an accessibility tree. Actions: "
+                "click(element), type(element, text, press_enter), scroll(direction), goto(url), go_back, "
+                "select(element, text)."
+            ),
+            "inputSchema": _obj(
+                {
+                    "action": {"enum": ["click", "type", "scroll", "goto", "go_back", "select"]},
+                    "element": _ELEMENT,
+                    "text": {"type": "string"},
+                    "press_enter": {"type": "boolean", "default": False},
+                    "direction": {"enum": ["up", "down"]},
+                    "url": {"type": "string"},
+                },
+                ["action"],
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": True},
+        }
+    ],
+    "os": [
+        {
+            "name": "run_gui_code",
+            "title": "Control the desktop",
+            "description": (
+                "Run Python code using pyautogui (mouse, keyboard, screenshots) on the desktop; returns the next "
+                "screen as an accessibility tree. Use pyautogui.click(x, y), pyautogui.write('text'), "
+                "pyautogui.hotkey('ctrl', 's'), time.sleep(s)."
+            ),
+            "inputSchema": _obj(
+                {"code": {"type": "string", "description": "Python source to run."}}, ["code"]
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        }
+    ],
+}

@@ -1,0 +1,162 @@
+"""The MCP face of a world: tools/list from the spec, tools/call through the simulator, world resources.
+
+Built on the low-level `mcp.server.Server` of mcp 2.x, which serves both protocol eras (2025-11-25 handshake and the
+stateless 2026-07-28 revision) on stdio and streamable HTTP from the same object.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp import MCPError
+from mcp.server import Server, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+
+from aw_mcp import __version__
+from aw_mcp.simulator import Simulator, UnknownToolError
+
+log = logging.getLogger("aw_mcp.server")
+
+SESSION_META_KEY = "aw/session"
+SPEC_URI = "world://spec"
+TRAJECTORY_URI = "world://trajectory"
+
+
+@dataclass
+class WorldApp:
+    """What the protocol handlers need: the simulator and the world file's text (served as a resource)."""
+
+    simulator: Simulator
+    spec_text: str
+
+    @property
+    def world(self):  # noqa: ANN201 - WorldSpec, kept short
+        return self.simulator.world
+
+
+def session_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """Transport session id (2025-era HTTP), else the client's `_meta["aw/session"]`, else the shared session."""
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    if headers is not None:
+        sid = headers.get("mcp-session-id")
+        if sid:
+            return f"http-{sid}"
+    meta = ctx.meta or {}
+    value = meta.get(SESSION_META_KEY) if isinstance(meta, dict) else None
+    return str(value) if value else None
+
+
+def build_server(app: WorldApp) -> Server[Any]:
+    world = app.world
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool.model_validate(t.wire()) for t in world.tools])
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        async def report(progress: float, message: str) -> None:
+            try:
+                await ctx.session.report_progress(progress, None, message)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:  # a closed stream must not fail the call
+                log.debug("progress not delivered: %s", exc)
+
+        try:
+            outcome = await app.simulator.call(params.name, params.arguments, session_key(ctx), report)
+        except UnknownToolError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        result = types.CallToolResult(
+            content=[types.TextContent(type="text", text=outcome.text)],
+            structured_content=outcome.structured if not outcome.is_error else None,
+            is_error=outcome.is_error,
+        )
+        return result
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=SPEC_URI,
+                    name="world-spec",
+                    title=f"World spec: {world.name}",
+                    description="The YAML world this server simulates.",
+                    mime_type="application/yaml",
+                ),
+                types.Resource(
+                    uri=TRAJECTORY_URI,
+                    name="trajectory",
+                    title="This session's trajectory",
+                    description="Every call of this session so far, one JSON object per line.",
+                    mime_type="application/jsonl",
+                ),
+            ]
+        )
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        if params.uri == SPEC_URI:
+            text, mime = app.spec_text, "application/yaml"
+        elif params.uri == TRAJECTORY_URI:
+            session = app.simulator.registry.get(session_key(ctx))
+            text = "".join(
+                json.dumps(r.to_json(), ensure_ascii=False, default=str) + "\n" for r in session.records
+            )
+            mime = "application/jsonl"
+        else:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {params.uri}")
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=params.uri, mime_type=mime, text=text)]
+        )
+
+    return Server(
+        f"aw-mcp:{world.name}",
+        version=__version__,
+        title=f"AgentWorld: {world.name}",
+        instructions=(world.description.strip() or None),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+    )
+
+
+def initialization_options(server: Server[Any]) -> Any:
+    return server.create_initialization_options(NotificationOptions(tools_changed=True))
+
+
+async def serve_stdio(app: WorldApp) -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(app)
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, initialization_options(server))
+    finally:
+        await app.simulator.backend.aclose()
+
+
+async def serve_http(app: WorldApp, host: str = "127.0.0.1", port: int = 8765) -> None:
+    import uvicorn
+
+    server = build_server(app)
+    asgi = server.streamable_http_app(host=host)
+    config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", lifespan="on")
+    print(f"aw-mcp: serving {app.world.name} on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        await app.simulator.backend.aclose()

@@ -1,0 +1,294 @@
+"""WorldSpec: the pydantic model of a YAML world, and loading with `file:line: field: what was expected` errors."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from aw_mcp.domains import BUILTIN_TOOLS, Domain
+from aw_mcp.spec_source import PathKey, SpecSource, SpecSyntaxError, parse_yaml, read_yaml
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors (they are almost always typos); `x-` keys are free-form extensions."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_extensions(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
+        return data
+
+
+class ToolAnnotationsSpec(_Strict):
+    title: str | None = None
+    readOnlyHint: bool | None = None
+    destructiveHint: bool | None = None
+    idempotentHint: bool | None = None
+    openWorldHint: bool | None = None
+
+
+class ToolExample(_Strict):
+    """A demonstration: these arguments gave this result (text, or a JSON value for structured tools)."""
+
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: Any
+
+
+class ToolErrorSpec(_Strict):
+    """A named failure the real tool can produce; the world model and the fault injector both use it."""
+
+    name: str
+    message: str
+    when: str = ""
+    status: int | None = Field(default=None, ge=100, le=599)
+
+
+def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ValueError(f"{what} is not a valid JSON Schema (2020-12) at {where}: {exc.message}") from None
+    if schema.get("type") != "object":
+        raise ValueError(f"{what} must have `type: object` at its root (MCP clients require an object)")
+    return schema
+
+
+class ToolSpec(_Strict):
+    """One virtual tool; maps 1:1 to an MCP tool."""
+
+    name: str
+    title: str | None = None
+    description: str = ""
+    inputSchema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "additionalProperties": False}
+    )
+    outputSchema: dict[str, Any] | None = None
+    annotations: ToolAnnotationsSpec | None = None
+    examples: list[ToolExample] = Field(default_factory=list)
+    errors: list[ToolErrorSpec] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        if not TOOL_NAME.match(name):
+            raise ValueError("a tool name must be 1-128 characters from A-Z a-z 0-9 _ - .")
+        return name
+
+    @field_validator("inputSchema")
+    @classmethod
+    def _valid_input(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        return _check_schema(schema, "inputSchema")
+
+    @field_validator("outputSchema")
+    @classmethod
+    def _valid_output(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if schema is None else _check_schema(schema, "outputSchema")
+
+    @model_validator(mode="after")
+    def _examples_fit_schemas(self) -> ToolSpec:
+        arg_validator = jsonschema.Draft202012Validator(self.inputSchema)
+        out_validator = jsonschema.Draft202012Validator(self.outputSchema) if self.outputSchema else None
+        for i, example in enumerate(self.examples):
+            bad = jsonschema.exceptions.best_match(arg_validator.iter_errors(example.arguments))
+            if bad is not None:
+                raise ValueError(f"examples[{i}].arguments do not match inputSchema: {bad.message}")
+            if out_validator is not None:
+                bad = jsonschema.exceptions.best_match(out_validator.iter_errors(example.result))
+                if bad is not None:
+                    raise ValueError(f"examples[{i}].result does not match outputSchema: {bad.message}")
+        return self
+
+    @property
+    def structured(self) -> bool:
+        return self.outputSchema is not None
+
+    def wire(self) -> dict[str, Any]:
+        """The MCP `Tool` object (camelCase wire names)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.inputSchema,
+        }
+        if self.title:
+            out["title"] = self.title
+        if self.outputSchema is not None:
+            out["outputSchema"] = self.outputSchema
+        if self.annotations is not None:
+            out["annotations"] = self.annotations.model_dump(exclude_none=True)
+        return out
+
+
+class Fact(_Strict):
+    """A statement that is true in this world; optionally only relevant to some tools (names or globs)."""
+
+    text: str
+    tools: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"text": data} if isinstance(data, str) else data
+
+
+class ModelSettings(_Strict):
+    """Backend settings and sampling; the command line and AW_* env vars override the backend fields."""
+
+    backend: Literal["openai", "local", "replay"] | None = None
+    base_url: str | None = None
+    model: str | None = None
+    temperature: float = Field(default=0.6, ge=0.0, le=2.0)
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    top_k: int = Field(default=20, ge=-1)
+    max_tokens: int = Field(default=8192, ge=1)
+    thinking: bool = True
+    timeout_s: float = Field(default=600.0, gt=0)
+    retries: int = Field(default=3, ge=0, le=20)
+    output_retries: int = Field(default=2, ge=0, le=10)
+
+
+class WorldSpec(_Strict):
+    """A simulated world: what the agent sees (tools) and what the world model is told (facts, state, clock)."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    domain: Domain = "mcp"
+    seed: int = 0
+    now: str | None = None
+    facts: list[Fact] = Field(default_factory=list)
+    state: str | dict[str, Any] | list[Any] | None = None
+    tools: list[ToolSpec] = Field(default_factory=list)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    perturbations: list[dict[str, Any]] = Field(default_factory=list)
+    presets: list[Any] = Field(default_factory=list)
+
+    @field_validator("now", mode="before")
+    @classmethod
+    def _iso_clock(cls, value: Any) -> Any:
+        if isinstance(value, datetime | date):
+            return value.isoformat()
+        if isinstance(value, str):
+            try:
+                datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError("expected an ISO 8601 date-time such as 2026-03-01T09:00:00Z") from None
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _builtin_tools(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("tools"):
+            domain = data.get("domain", "mcp")
+            if domain in BUILTIN_TOOLS:
+                data = {**data, "tools": copy.deepcopy(BUILTIN_TOOLS[domain])}
+        return data
+
+    @model_validator(mode="after")
+    def _tools_present_and_unique(self) -> WorldSpec:
+        if not self.tools:
+            raise ValueError("a world of domain `mcp` needs at least one tool under `tools:`")
+        seen: set[str] = set()
+        for tool in self.tools:
+            if tool.name in seen:
+                raise ValueError(f"duplicate tool name {tool.name!r}: tool names must be unique")
+            seen.add(tool.name)
+        return self
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    path: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.field}: {self.message}"
+
+
+class WorldSpecError(ValueError):
+    """One or more problems in a world file; `str()` is one `file:line: field: message` line per problem."""
+
+    def __init__(self, issues: list[SpecIssue]):
+        self.issues = issues
+        super().__init__("\n".join(str(i) for i in issues))
+
+
+def _field_path(loc: PathKey) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(world)"
+
+
+def _expected(error: dict[str, Any]) -> str:
+    message = str(error["msg"])
+    if error["type"] == "extra_forbidden":
+        return "unknown key (check the spelling; use an `x-` prefix for your own extensions)"
+    if error["type"] == "missing":
+        return "required field is missing"
+    return message.removeprefix("Value error, ")
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> PathKey:
+    # Pydantic inserts union-branch names (e.g. 'str', 'dict[str,any]') into the location; they are not YAML keys.
+    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"str", "list", "dict"})))
+
+
+def world_from_source(source: SpecSource) -> WorldSpec:
+    if not isinstance(source.data, dict):
+        raise WorldSpecError(
+            [SpecIssue(source.path, 1, "(world)", "expected a mapping with at least `name:`")]
+        )
+    try:
+        return WorldSpec.model_validate(source.data)
+    except ValidationError as exc:
+        issues = []
+        for error in exc.errors():
+            loc = _clean_loc(tuple(error["loc"]))
+            line, _ = source.locate(loc)
+            issues.append(SpecIssue(source.path, line, _field_path(loc), _expected(error)))
+        raise WorldSpecError(issues) from None
+
+
+def load_world(path: str | Path) -> WorldSpec:
+    """Read and validate a world file. Raises WorldSpecError (never a raw traceback-worthy exception)."""
+    try:
+        source = read_yaml(path)
+    except SpecSyntaxError as exc:
+        raise WorldSpecError([SpecIssue(exc.path, exc.line, "(file)", exc.message)]) from None
+    return world_from_source(source)
+
+
+def load_world_text(text: str, path: str = "<string>") -> WorldSpec:
+    try:
+        source = parse_yaml(text, path)
+    except SpecSyntaxError as exc:
+        raise WorldSpecError([SpecIssue(exc.path, exc.line, "(file)", exc.message)]) from None
+    return world_from_source(source)
+
+
+def validate_paths(paths: list[str | Path]) -> list[SpecIssue]:
+    """Every problem in every file (an empty list means all valid)."""
+    issues: list[SpecIssue] = []
+    for path in paths:
+        try:
+            load_world(path)
+        except WorldSpecError as exc:
+            issues.extend(exc.issues)
+    return issues
