@@ -54,6 +54,9 @@ class Reply:
         True  # only when the request asks for it (stream_options.include_usage) or is not streamed
     )
     ignore_stream: bool = False  # answer with one JSON completion even when asked to stream
+    end_after_chunks: int | None = (
+        None  # close the stream cleanly after this many deltas: no finish, no [DONE]
+    )
 
 
 @dataclass
@@ -237,10 +240,12 @@ class ScriptedOpenAIServer:
         yield chunk({"role": "assistant", "content": ""})
         pieces = [{reply.reasoning_field: p} for p in _split(reply.reasoning, reply.stream_chunks)]
         pieces += [{"content": p} for p in _split(reply.content, reply.stream_chunks)]
-        for delta in pieces:
+        for delta in pieces[: reply.end_after_chunks]:
             if reply.chunk_delay_s:
                 await anyio.sleep(reply.chunk_delay_s)
             yield chunk(delta)
+        if reply.end_after_chunks is not None:
+            return
         yield chunk({}, reply.finish_reason)
         if reply.send_usage and (body.get("stream_options") or {}).get("include_usage"):
             yield f"data: {json.dumps({**header, 'choices': [], 'usage': self._usage(body, reply)})}\n\n"
