@@ -1,0 +1,1 @@
+"""Building blocks of the Qwen3.5-MoE decoder."""

@@ -1,0 +1,36 @@
+"""Partial rotary embedding: NeoX half-rotation on the first `rotary_dim` dims of each head, the rest untouched.
+
+The checkpoint's interleaved M-RoPE reduces to this for text, where the three position streams are equal."""
+
+from __future__ import annotations
+
+import torch
+
+
+class RotaryEmbedding:
+    def __init__(self, rotary_dim: int, theta: float) -> None:
+        self.rotary_dim = rotary_dim
+        # Explicitly on the CPU: the model is built under the meta device, and these are not checkpoint tensors.
+        self._cache: dict[torch.device, torch.Tensor] = {}
+        self.inv_freq = 1.0 / (
+            theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32, device="cpu") / rotary_dim)
+        )
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [T, rotary_dim], computed in fp32 and rounded to the model dtype (as transformers does)."""
+        inv_freq = self._cache.get(positions.device)
+        if inv_freq is None:
+            inv_freq = self._cache[positions.device] = self.inv_freq.to(positions.device)
+        freqs = positions.float()[:, None] * inv_freq[None, :]
+        angles = torch.cat([freqs, freqs], dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, heads, head_dim]; cos, sin [T, rotary_dim]."""
+    rot_dim = cos.shape[-1]
+    rot, rest = x[..., :rot_dim], x[..., rot_dim:]
+    half = rot_dim // 2
+    rotated_half = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
+    rot = rot * cos[:, None, :] + rotated_half * sin[:, None, :]
+    return torch.cat([rot, rest], dim=-1)

@@ -1,0 +1,99 @@
+"""Qwen3.5-MoE text model (Qwen3.5-35B-A3B, Qwen-AgentWorld-35B-A3B).
+
+Parameter names mirror transformers' `Qwen3_5MoeForCausalLM`, so checkpoint keys map one to one after the
+`model.language_model.` -> `model.` prefix change."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.cache import Cache
+from engine.config import FULL_ATTENTION, Config
+from engine.forward_batch import ForwardBatch
+from engine.layers.attention import GatedAttention
+from engine.layers.gated_deltanet import GatedDeltaNet
+from engine.layers.moe import SparseMoeBlock
+from engine.layers.norms import RMSNorm
+from engine.layers.rotary import RotaryEmbedding
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm: h = x + mixer(norm(x)); y = h + moe(norm(h))."""
+
+    def __init__(self, config: Config, layer_type: str, cache_index: int) -> None:
+        super().__init__()
+        self.is_full_attention = layer_type == FULL_ATTENTION
+        if self.is_full_attention:
+            self.self_attn = GatedAttention(config, cache_index)
+        else:
+            self.linear_attn = GatedDeltaNet(config, cache_index)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = SparseMoeBlock(config)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+        cache: Cache,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual, hidden = hidden, self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        if self.is_full_attention:
+            hidden = self.self_attn(hidden, rope, batch, cache)
+        else:
+            hidden = self.linear_attn(hidden, batch, cache)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+
+class TextModel(nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        layers, full_seen, linear_seen = [], 0, 0
+        for layer_type in config.layer_types:
+            if layer_type == FULL_ATTENTION:
+                layers.append(DecoderLayer(config, layer_type, full_seen))
+                full_seen += 1
+            else:
+                layers.append(DecoderLayer(config, layer_type, linear_seen))
+                linear_seen += 1
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta)
+
+    def forward(self, input_ids: torch.Tensor, batch: ForwardBatch, cache: Cache) -> torch.Tensor:
+        hidden = self.embed_tokens(input_ids)
+        rope = self.rotary.cos_sin(batch.positions, hidden.dtype)
+        residual = None
+        for layer in self.layers:
+            hidden, residual = layer(hidden, residual, rope, batch, cache)
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+
+class Qwen3_5MoeForCausalLM(nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = config
+        self.model = TextModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @torch.inference_mode()
+    def forward(
+        self, input_ids: torch.Tensor, batch: ForwardBatch, cache: Cache, all_logits: bool = False
+    ) -> torch.Tensor:
+        """input_ids [T] packed as described by `batch`. Returns fp32 logits of every token ([T, vocab]) when
+        `all_logits`, else of each sequence's last token ([N, vocab])."""
+        hidden = self.model(input_ids, batch, cache)
+        if not all_logits and not batch.is_decode:
+            hidden = hidden[batch.cu_seqlens[1:] - 1]
+        return self.lm_head(hidden).float()

@@ -1,0 +1,66 @@
+"""Sampling settings (vLLM's field names) and the token sampler: greedy, temperature, top-k, top-p, seeded."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1 = all tokens
+    max_tokens: int | None = 16  # None = up to the cache's length limit
+    seed: int | None = None
+    stop: list[str] | str | None = None  # the stop string itself is not part of the output text
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    thinking_budget: int | None = None  # after this many thinking tokens, `</think>` is forced
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if self.thinking_budget is not None and self.thinking_budget < 0:
+            raise ValueError("thinking_budget must be >= 0")
+
+    @property
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else [s for s in self.stop if s]
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
+    """A per-request generator: the same seed gives the same tokens whatever else runs in the batch."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed if seed is not None else random.getrandbits(63))
+    return generator
+
+
+def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """One token id from fp32 logits [vocab] (ids that must never be emitted already set to -inf)."""
+    if params.greedy:
+        return int(torch.argmax(logits))
+    scaled = logits / params.temperature
+    if 0 < params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the strictly more likely tokens
+        sorted_probs = sorted_probs.masked_fill(before >= params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return int(torch.multinomial(probs, 1, generator=generator))
