@@ -1,0 +1,65 @@
+"""Run the Triton kernels on CPU tensors through the Triton interpreter.
+
+Triton reads TRITON_INTERPRET when a kernel is decorated (at module import) and again during launches. So the
+kernel modules are imported here with the variable set, and an autouse fixture sets it for each test of this
+folder only; in between it is restored, so the rest of the suite still sends CPU tensors to the torch references.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+KERNEL_MODULES = [
+    "engine.kernels.rms_norm.triton",
+    "engine.kernels.gated_rms_norm.triton",
+    "engine.kernels.router_topk.triton",
+    "engine.kernels.causal_conv1d.triton",
+    "engine.kernels.fused_moe.triton",
+    "engine.kernels.gated_delta_rule.triton",
+]
+
+
+def _import_interpreted() -> None:
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        for name in KERNEL_MODULES:
+            # A module imported earlier without the variable holds GPU-compiled kernels: decorate it again.
+            importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
+_import_interpreted()
+
+
+@pytest.fixture(autouse=True)
+def triton_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def poisoned_allocations(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every torch.empty / empty_like during the test comes back full of NaN (or a huge integer), so an output
+    element a kernel forgets to write fails the comparison instead of passing on leftover zeros."""
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def poison(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype.is_floating_point:
+            return t.fill_(float("nan"))
+        if t.dtype != torch.bool:
+            return t.fill_(torch.iinfo(t.dtype).max)
+        return t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(real_empty_like(*a, **k)))
+    yield

@@ -1,0 +1,84 @@
+"""Sorted-token grouped-GEMM MoE: Triton (interpreted) vs the torch reference, and the align step's invariants."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.kernels.fused_moe import reference, triton
+from tests.kernels.numerics import assert_close
+
+pytestmark = pytest.mark.usefixtures("poisoned_allocations")
+
+# bf16 operands are upcast to fp32 for tl.dot in the interpreter, but its bf16 stores truncate (a GPU rounds to
+# nearest), so the bf16 bound is loose here; the GPU check holds bf16 to the usual bound.
+RATIO = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 4e-2}
+
+
+def _experts(
+    n_experts: int, hidden: int, inter: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    w_gate_up = torch.randn(n_experts, 2 * inter, hidden) / hidden**0.5
+    w_down = torch.randn(n_experts, hidden, inter) / inter**0.5
+    return w_gate_up.to(dtype), w_down.to(dtype)
+
+
+def _random_routing(tokens: int, n_experts: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    weights, ids = torch.rand(tokens, n_experts).topk(k, dim=-1)
+    return weights / weights.sum(-1, keepdim=True), ids
+
+
+def _check(x, w_gate_up, w_down, weights, ids) -> None:
+    out = triton.fused_moe(x, w_gate_up, w_down, weights, ids)
+    assert_close(out, reference.fused_moe(x, w_gate_up, w_down, weights, ids), RATIO[x.dtype], "moe out")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("tokens", "n_experts", "k", "hidden", "inter"),
+    [(1, 8, 2, 48, 40), (13, 6, 3, 64, 32), (40, 16, 4, 32, 24)],  # T=1 decode; odd sizes; > one M block
+)
+def test_fused_moe_random_routing(
+    tokens: int, n_experts: int, k: int, hidden: int, inter: int, dtype
+) -> None:
+    x = torch.randn(tokens, hidden).to(dtype)
+    _check(x, *_experts(n_experts, hidden, inter, dtype), *_random_routing(tokens, n_experts, k))
+
+
+def test_fused_moe_most_experts_empty() -> None:
+    tokens, n_experts, k, hidden, inter = 3, 32, 2, 32, 16
+    x = torch.randn(tokens, hidden)
+    weights, ids = _random_routing(tokens, n_experts, k)
+    assert ids.unique().numel() <= 6 < n_experts
+    _check(x, *_experts(n_experts, hidden, inter, torch.float32), weights, ids)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_fused_moe_all_tokens_on_the_same_experts(k: int) -> None:
+    tokens, n_experts, hidden, inter = 37, 8, 32, 16  # 37 pairs per expert: three M blocks, the last partial
+    x = torch.randn(tokens, hidden)
+    ids = torch.tensor([5, 2][:k]).expand(tokens, k).contiguous()
+    weights = torch.rand(tokens, k)
+    _check(
+        x, *_experts(n_experts, hidden, inter, torch.float32), weights / weights.sum(-1, keepdim=True), ids
+    )
+
+
+@pytest.mark.parametrize(
+    ("tokens", "n_experts", "k", "block"), [(1, 8, 2, 16), (13, 6, 3, 4), (50, 5, 2, 16)]
+)
+def test_align_pairs_to_blocks(tokens: int, n_experts: int, k: int, block: int) -> None:
+    _, ids = _random_routing(tokens, n_experts, k)
+    sorted_pairs, block_expert, padded_len = triton.align_pairs_to_blocks(ids, n_experts, block)
+    used = int(padded_len.item())
+    flat = ids.reshape(-1)
+    pairs = sorted_pairs[:used].long()
+    real = pairs < flat.numel()
+    # Every pair appears exactly once; padding (the sentinel) fills the rest.
+    assert torch.equal(pairs[real].sort().values, torch.arange(flat.numel()))
+    assert (sorted_pairs[used:] == flat.numel()).all()
+    counts = torch.bincount(flat, minlength=n_experts)
+    assert used == int(((counts + block - 1) // block * block).sum())
+    # Every real pair in block b belongs to block_expert[b].
+    owner = block_expert.long().repeat_interleave(block)[:used]
+    assert torch.equal(flat[pairs[real]], owner[real])
