@@ -62,7 +62,13 @@ def _json(value: Any) -> str:
 
 
 def render_tool_definitions(world: WorldSpec) -> str:
-    return _json([tool.wire() for tool in world.tools])
+    definitions = []
+    for tool in world.tools:
+        wire = tool.wire()
+        if tool.outputWrapper and tool.outputSchema:  # the model writes the API's own (unwrapped) value
+            wire["outputSchema"] = tool.outputSchema["properties"][tool.outputWrapper]
+        definitions.append(wire)
+    return _json(definitions)
 
 
 def render_result(result: Any) -> str:
@@ -202,6 +208,7 @@ class ParsedAnswer:
 
 
 _THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL | re.IGNORECASE)
+_THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
 _PREDICTED = re.compile(
     r"<predicted_observation>(.*?)(?:</predicted_observation>|\Z)", re.DOTALL | re.IGNORECASE
 )
@@ -216,7 +223,7 @@ def _split_thinking(text: str) -> tuple[str, str]:
     if "</think>" in lower:
         # A stray close tag: the chat template opened <think> in the prompt, so all before it is thinking.
         cut = lower.rfind("</think>")
-        thoughts.append(rest[:cut].replace("<think>", "").strip())
+        thoughts.append(_THINK_TAG.sub("", rest[:cut]).strip())
         rest = rest[cut + len("</think>") :]
     elif "<think>" in lower:
         # Unclosed: the model never finished thinking. Keep any answer it still wrote after a marker.

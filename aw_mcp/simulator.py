@@ -213,6 +213,7 @@ class Simulator:
                 return CallOutcome(observation, is_error=True), ""
             return None, "the observation is not JSON although the tool has an outputSchema"
         assert tool.outputSchema is not None
+        value = tool.wrap_result(value)
         bad = jsonschema.exceptions.best_match(
             jsonschema.Draft202012Validator(tool.outputSchema).iter_errors(value)
         )

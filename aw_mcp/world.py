@@ -76,6 +76,9 @@ class ToolSpec(_Strict):
         default_factory=lambda: {"type": "object", "additionalProperties": False}
     )
     outputSchema: dict[str, Any] | None = None
+    # The real API returns a non-object (e.g. an array): the model writes that raw value and the server wraps it
+    # as {outputWrapper: value} for structuredContent, whose root MCP requires to be an object.
+    outputWrapper: str | None = None
     annotations: ToolAnnotationsSpec | None = None
     examples: list[ToolExample] = Field(default_factory=list)
     errors: list[ToolErrorSpec] = Field(default_factory=list)
@@ -98,6 +101,20 @@ class ToolSpec(_Strict):
         return None if schema is None else _check_schema(schema, "outputSchema")
 
     @model_validator(mode="after")
+    def _wrapper_is_a_property(self) -> ToolSpec:
+        if self.outputWrapper is not None:
+            properties = (self.outputSchema or {}).get("properties", {})
+            if self.outputWrapper not in properties:
+                raise ValueError(f"outputWrapper {self.outputWrapper!r} must name a property of outputSchema")
+        return self
+
+    def wrap_result(self, value: Any) -> Any:
+        """The model's raw result in the object shape `outputSchema` describes."""
+        if self.outputWrapper is None or (isinstance(value, dict) and set(value) == {self.outputWrapper}):
+            return value
+        return {self.outputWrapper: value}
+
+    @model_validator(mode="after")
     def _examples_fit_schemas(self) -> ToolSpec:
         arg_validator = jsonschema.Draft202012Validator(self.inputSchema)
         out_validator = jsonschema.Draft202012Validator(self.outputSchema) if self.outputSchema else None
@@ -106,7 +123,9 @@ class ToolSpec(_Strict):
             if bad is not None:
                 raise ValueError(f"examples[{i}].arguments do not match inputSchema: {bad.message}")
             if out_validator is not None:
-                bad = jsonschema.exceptions.best_match(out_validator.iter_errors(example.result))
+                bad = jsonschema.exceptions.best_match(
+                    out_validator.iter_errors(self.wrap_result(example.result))
+                )
                 if bad is not None:
                     raise ValueError(f"examples[{i}].result does not match outputSchema: {bad.message}")
         return self

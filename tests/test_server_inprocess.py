@@ -6,13 +6,13 @@ import json
 
 import anyio
 import pytest
-from conftest import SMALL_WORLD, ScriptedWorldModel, observation
 from mcp import Client, MCPError
 
 from aw_mcp.server import SPEC_URI, TRAJECTORY_URI, WorldApp, build_server
 from aw_mcp.session import SessionRegistry
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import load_world_text
+from tests.conftest import SMALL_WORLD, ScriptedWorldModel, observation
 
 pytestmark = pytest.mark.anyio
 MODES = ["auto", "legacy"]

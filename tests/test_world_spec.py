@@ -1,0 +1,115 @@
+"""World spec validation: good files, bad files with file:line errors, bundled worlds, the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aw_mcp.bundled import bundled_worlds
+from aw_mcp.cli import main
+from aw_mcp.domains import BUILTIN_TOOLS, DOMAINS
+from aw_mcp.world import WorldSpecError, load_world, load_world_text, validate_paths
+from tests.conftest import REPO, SMALL_WORLD
+
+BROKEN = """\
+name: broken
+domain: mcp
+now: yesterday-ish
+tools:
+  - name: get_x
+    inputSchema:
+      type: object
+      properties: {a: {type: integer}}
+    examples:
+      - arguments: {a: "text"}
+        result: ok
+  - name: bad name!
+    inputSchema: {type: array}
+    colour: red
+model:
+  temperature: 5
+"""
+
+
+def test_small_world_parses_with_defaults() -> None:
+    world = load_world_text(SMALL_WORLD)
+    assert world.name == "tiny-shop" and world.seed == 7
+    assert world.model.temperature == 0.6 and world.model.top_p == 0.95 and world.model.top_k == 20
+    assert world.facts[1].tools == ["get_order"]
+    assert world.tool("get_order").structured and not world.tool("cancel_order").structured
+
+
+def test_broken_file_reports_every_problem_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(BROKEN)
+    with pytest.raises(WorldSpecError) as info:
+        load_world(path)
+    lines = str(info.value).splitlines()
+    expected = {
+        3: "now",
+        5: "tools[0]",
+        12: "tools[1].name",
+        13: "tools[1].inputSchema",
+        14: "tools[1].colour",
+        16: "model.temperature",
+    }
+    for line_no, field in expected.items():
+        assert any(line.startswith(f"{path}:{line_no}: {field}:") for line in lines), (line_no, lines)
+    assert "ISO 8601" in str(info.value)
+    assert "unknown key" in str(info.value)
+    assert "'text' is not of type 'integer'" in str(info.value)
+
+
+def test_yaml_syntax_error_has_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "syntax.yaml"
+    path.write_text("name: x\ntools: [\n  - a: b\n")
+    issues = validate_paths([path])
+    assert len(issues) == 1 and issues[0].line >= 2 and "invalid YAML" in issues[0].message
+
+
+def test_mcp_world_needs_tools_and_unique_names() -> None:
+    with pytest.raises(WorldSpecError, match="at least one tool"):
+        load_world_text("name: empty\n")
+    twice = "name: d\ntools:\n  - {name: a}\n  - {name: a}\n"
+    with pytest.raises(WorldSpecError, match="duplicate tool name 'a'"):
+        load_world_text(twice)
+
+
+@pytest.mark.parametrize("domain", [d for d in DOMAINS if d != "mcp"])
+def test_non_mcp_domains_get_builtin_tools(domain: str) -> None:
+    world = load_world_text(f"name: w\ndomain: {domain}\n")
+    assert [t.name for t in world.tools] == [t["name"] for t in BUILTIN_TOOLS[domain]]
+
+
+def test_extension_keys_are_allowed() -> None:
+    world = load_world_text("name: x\nx-owner: team-a\ntools:\n  - {name: a, x-note: hi}\n")
+    assert world.tools[0].name == "a"
+
+
+def test_bundled_worlds_cover_every_domain_and_all_validate() -> None:
+    paths = bundled_worlds()
+    assert len(paths) >= 8
+    assert validate_paths(paths) == []
+    worlds = [load_world(p) for p in paths]
+    assert {w.domain for w in worlds} >= set(DOMAINS)
+
+
+def test_validate_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BROKEN)
+    assert main(["validate", *map(str, bundled_worlds())]) == 0
+    assert main(["validate", str(bad), str(bundled_worlds()[0])]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:16: model.temperature:" in err and "problem(s) in 1 of 2 file(s)" in err
+
+
+def test_console_script_runs_validate() -> None:
+    worlds = [str(p) for p in (REPO / "worlds").glob("*.yaml")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "aw_mcp", "validate", *worlds], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # stdout is reserved for protocol / results
