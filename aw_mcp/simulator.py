@@ -24,7 +24,7 @@ from aw_mcp.prompting import (
     render_result,
 )
 from aw_mcp.session import CallRecord, SessionRegistry, WorldSession
-from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec
+from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec, schema_validator
 
 Reporter = Callable[[float, str], Awaitable[None]]
 """Progress sink: (monotonically increasing progress, message)."""
@@ -62,7 +62,7 @@ def params_from_settings(settings: ModelSettings) -> GenerationParams:
 
 def argument_errors(tool: ToolSpec, arguments: dict[str, Any]) -> list[str]:
     """Every schema violation, each naming the field it concerns."""
-    validator = jsonschema.Draft202012Validator(tool.inputSchema)
+    validator = schema_validator(tool.inputSchema)
     problems = []
     for error in sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path))):
         where = ".".join(str(p) for p in error.absolute_path)

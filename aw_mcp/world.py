@@ -55,6 +55,13 @@ class ToolErrorSpec(_Strict):
     status: int | None = Field(default=None, ge=100, le=599)
 
 
+def schema_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
+    """A validator that also checks `format` (email, date-time, uri, ...), as a real API would."""
+    return jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+
+
 def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
@@ -116,8 +123,8 @@ class ToolSpec(_Strict):
 
     @model_validator(mode="after")
     def _examples_fit_schemas(self) -> ToolSpec:
-        arg_validator = jsonschema.Draft202012Validator(self.inputSchema)
-        out_validator = jsonschema.Draft202012Validator(self.outputSchema) if self.outputSchema else None
+        arg_validator = schema_validator(self.inputSchema)
+        out_validator = schema_validator(self.outputSchema) if self.outputSchema else None
         for i, example in enumerate(self.examples):
             bad = jsonschema.exceptions.best_match(arg_validator.iter_errors(example.arguments))
             if bad is not None:
@@ -208,11 +215,21 @@ class WorldSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _builtin_tools(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("tools"):
-            domain = data.get("domain", "mcp")
-            if domain in BUILTIN_TOOLS:
-                data = {**data, "tools": copy.deepcopy(BUILTIN_TOOLS[domain])}
-        return data
+        """Non-MCP domains start from their built-in tools; a `tools:` entry naming one is merged over it (e.g. to
+        add `examples:`), other entries are added after them."""
+        if not isinstance(data, dict) or data.get("domain", "mcp") not in BUILTIN_TOOLS:
+            return data
+        own = data.get("tools") or []
+        if not isinstance(own, list):
+            return data  # let field validation report the type error
+        merged = copy.deepcopy(BUILTIN_TOOLS[data["domain"]])
+        by_name = {tool["name"]: tool for tool in merged}
+        for entry in own:
+            if isinstance(entry, dict) and entry.get("name") in by_name:
+                by_name[entry["name"]].update(entry)
+            else:
+                merged.append(entry)
+        return {**data, "tools": merged}
 
     @model_validator(mode="after")
     def _tools_present_and_unique(self) -> WorldSpec:

@@ -84,6 +84,26 @@ def test_non_mcp_domains_get_builtin_tools(domain: str) -> None:
     assert [t.name for t in world.tools] == [t["name"] for t in BUILTIN_TOOLS[domain]]
 
 
+def test_builtin_tools_can_get_examples_and_extra_tools() -> None:
+    world = load_world_text(
+        "name: t\ndomain: terminal\ntools:\n"
+        "  - name: send_keys\n    examples: [{arguments: {keystrokes: 'pwd\\n'}, result: '/home/dev'}]\n"
+        "  - {name: upload_file, inputSchema: {type: object}}\n"
+    )
+    assert [t.name for t in world.tools] == ["send_keys", "upload_file"]
+    assert world.tools[0].examples[0].result == "/home/dev"
+    assert "keystrokes" in world.tools[0].inputSchema["properties"]
+
+
+def test_formats_are_checked_in_examples() -> None:
+    bad = (
+        "name: f\ntools:\n  - name: a\n    inputSchema: {type: object, properties: {e: {type: string, format: email}}}\n"
+        "    examples: [{arguments: {e: not-an-email}, result: ok}]\n"
+    )
+    with pytest.raises(WorldSpecError, match="is not a 'email'"):
+        load_world_text(bad)
+
+
 def test_extension_keys_are_allowed() -> None:
     world = load_world_text("name: x\nx-owner: team-a\ntools:\n  - {name: a, x-note: hi}\n")
     assert world.tools[0].name == "a"
