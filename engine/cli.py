@@ -1,0 +1,57 @@
+"""`engine serve --model PATH [--port N] ...`: run the OpenAI-compatible server (also `python -m engine`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.loader import DEFAULT_MODEL, CheckpointError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="engine", description="Our inference engine for Qwen3.5-MoE models."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve an OpenAI-compatible /v1/chat/completions endpoint")
+    serve.add_argument(
+        "--model", default=DEFAULT_MODEL, help="checkpoint folder or hub id (default: %(default)s)"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
+    serve.add_argument(
+        "--dtype", default=None, help="bfloat16, float16, float32 (default: bf16 on GPU, fp32 on CPU)"
+    )
+    serve.add_argument(
+        "--hf-compat-dtypes",
+        action="store_true",
+        help="round A_log, dt_bias and the DeltaNet norm to the model dtype as transformers does",
+    )
+    serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + answer in tokens")
+    serve.add_argument("--max-num-seqs", type=int, default=8, help="cache slots (concurrent sequences)")
+    serve.add_argument("--served-model-name", default=None, help="model id reported by the API")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from engine.llm import LLM
+        from engine.server import serve
+
+        try:
+            llm = LLM(
+                args.model,
+                device=args.device,
+                dtype=args.dtype,
+                hf_compat_dtypes=args.hf_compat_dtypes,
+                max_model_len=args.max_model_len,
+                max_num_seqs=args.max_num_seqs,
+            )
+        except (CheckpointError, FileNotFoundError, ValueError, MemoryError) as exc:
+            print(f"engine: cannot load the model: {exc}", file=sys.stderr)
+            return 2
+        serve(llm, host=args.host, port=args.port, served_model_name=args.served_model_name)
+        return 0
+    return 1

@@ -1,0 +1,82 @@
+"""The `local` backend answers through the engine in-process and honours cancellation."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aw_mcp.backends.base import BackendError, Generation, GenerationParams, WorldModel
+from aw_mcp.backends.local import LocalWorldModel
+
+CHAT = [
+    {"role": "system", "content": "You simulate tools."},
+    {"role": "user", "content": "Action: list files"},
+]
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_ckpt: Path) -> LocalWorldModel:
+    model = LocalWorldModel(str(tiny_ckpt), device="cpu")
+    model._load()
+    return model
+
+
+def test_generate_returns_generation(backend: LocalWorldModel) -> None:
+    assert isinstance(backend, WorldModel) and backend.name == "local"
+    progress: list[tuple[int, str]] = []
+
+    async def on_progress(tokens: int, status: str) -> None:
+        progress.append((tokens, status))
+
+    params = GenerationParams(temperature=0.6, max_tokens=30, seed=3, thinking=True)
+
+    async def main() -> tuple[Generation, Generation]:
+        first = await backend.generate(CHAT, params, on_progress)
+        return first, await backend.generate(CHAT, params)
+
+    first, second = anyio.run(main)
+    assert isinstance(first, Generation)
+    assert (first.text, first.reasoning) == (second.text, second.reasoning)  # seeded
+    assert first.completion_tokens and first.completion_tokens <= 30 and first.prompt_tokens
+    assert progress[-1] == (first.completion_tokens, "done")
+    llm = backend._llm
+    raw = llm.chat(CHAT, _sampling(params))[0].outputs[0].text
+    assert first.reasoning == raw.partition("</think>")[0].strip()
+
+
+def _sampling(params: GenerationParams):
+    from engine import SamplingParams
+
+    return SamplingParams(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        max_tokens=params.max_tokens,
+        seed=params.seed,
+    )
+
+
+def test_cancellation_stops_the_decode_loop(backend: LocalWorldModel) -> None:
+    llm = backend._llm
+    params = GenerationParams(max_tokens=100_000, seed=1, thinking=False)
+
+    async def main() -> float:
+        with anyio.move_on_after(0.5):
+            await backend.generate(CHAT, params)
+            raise AssertionError("should have been cancelled")
+        return time.monotonic()
+
+    cancelled_at = anyio.run(main)
+    while llm.cache.num_free != llm.cache.num_slots:  # the worker thread ends after its current step
+        assert time.monotonic() - cancelled_at < 5, "decode loop did not stop"
+        time.sleep(0.01)
+    assert not llm._lock.locked() or time.sleep(0.1) or not llm._lock.locked()
+
+
+def test_load_error_is_a_backend_error(tmp_path: Path) -> None:
+    model = LocalWorldModel(str(tmp_path / "missing" / "model"))
+    with pytest.raises(BackendError, match="cannot load the local model"):
+        anyio.run(model.generate, CHAT, GenerationParams(max_tokens=4))
