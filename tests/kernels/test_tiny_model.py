@@ -46,13 +46,16 @@ def _count_triton_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         module = importlib.import_module(module_name)
         for name in names:
             calls[name] = 0
-
-            def counted(*args, _fn=getattr(module, name), _name=name, **kwargs):
-                calls[_name] += 1
-                return _fn(*args, **kwargs)
-
-            monkeypatch.setattr(module, name, counted)
+            monkeypatch.setattr(module, name, _counting(getattr(module, name), name, calls))
     return calls
+
+
+def _counting(fn, name: str, calls: dict[str, int]):
+    def counted(*args, **kwargs):
+        calls[name] += 1
+        return fn(*args, **kwargs)
+
+    return counted
 
 
 def test_triton_kernels_give_the_torch_greedy_tokens(tiny_llm, monkeypatch: pytest.MonkeyPatch) -> None:
