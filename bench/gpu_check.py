@@ -1,0 +1,496 @@
+"""One-call GPU check of the engine's Triton kernels and of the whole model at the real 35B-A3B shape.
+
+    python bench/gpu_check.py             # on an H200 (about 5-8 minutes)
+    python bench/gpu_check.py --dry-run   # on a CPU: tiny shapes through the Triton interpreter, no timing claims
+
+1. bf16 correctness of every kernel against its torch reference at real sizes (hidden 2048, 256 experts top-8,
+   expert intermediate 512, 32 value / 16 key heads of 128, conv dim 8192 width 4). Error = relative RMS.
+2. Each kernel's median time against its own floor: max(bytes / copy bandwidth, flops / bf16 matmul rate), both
+   ceilings measured first on the device (datasheet: 4.8 TB/s, 989 TFLOP/s). Inputs rotate where they would
+   otherwise sit in L2 (expert routings, decode states).
+3. The whole model, random bf16 weights built on the GPU (no download): batch-1 decode at 2k and 30k context,
+   batch-32 decode at 2k, one 8k-token prefill; decode with CUDA graphs off and on. Printed last as one table
+   against the roofline (engine-anchors.md section 4) and the targets.
+   The graph-on rows replay one captured step at a fixed context: the engine's ForwardBatch keeps host-side
+   lengths, so this times the same work as the eager step, not a graph-driven generation loop.
+Everything is printed; the last table is also written to $OUT/gpu_check.txt when OUT is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+DRY_RUN = "--dry-run" in sys.argv
+if DRY_RUN:
+    # Must precede the first triton import: kernels are decorated as interpreted functions at import time.
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["AW_KERNELS"] = "triton"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from engine.kernels.causal_conv1d import reference as conv_ref  # noqa: E402
+from engine.kernels.fused_moe import reference as moe_ref  # noqa: E402
+from engine.kernels.gated_delta_rule import reference as gdr_ref  # noqa: E402
+from engine.kernels.gated_rms_norm import reference as gated_ref  # noqa: E402
+from engine.kernels.rms_norm import reference as rms_ref  # noqa: E402
+from engine.kernels.router_topk import reference as router_ref  # noqa: E402
+
+DATASHEET_BW = 4.8e12
+DATASHEET_FLOPS = 989e12
+ROOFLINE = {"b1 2k": 790.0, "b1 30k": 720.0, "b32 2k": 3000.0, "prefill 8k": 142_000.0}
+TARGET = {"b1 2k": 400.0, "b1 30k": 400.0, "b32 2k": 2000.0, "prefill 8k": 20_000.0}
+
+
+@dataclass
+class Shapes:
+    hidden: int
+    experts: int
+    top_k: int
+    inter: int
+    heads_k: int
+    heads_v: int
+    head_dim: int
+    conv_dim: int
+    conv_width: int
+    prefill: int  # tokens in the kernel-level prefill checks
+    moe_tokens: tuple[int, ...]
+
+
+REAL = Shapes(2048, 256, 8, 512, 16, 32, 128, 8192, 4, 8192, (1, 32, 8192))
+TINY = Shapes(64, 8, 2, 32, 2, 4, 32, 96, 4, 80, (1, 5, 40))
+
+
+@dataclass
+class Ceilings:
+    bandwidth: float  # bytes/s
+    flops: float  # bf16 FLOP/s
+
+
+class Bench:
+    def __init__(self, device: torch.device, dry_run: bool) -> None:
+        self.device = device
+        self.dry_run = dry_run
+        self.rows: list[str] = []
+        self.failures: list[str] = []
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def time_ms(self, fn: Callable[[], object], reps: int = 50) -> float:
+        """Median milliseconds per call (CUDA events via triton's do_bench on a GPU; a wall clock on a CPU)."""
+        if self.device.type == "cuda":
+            import triton.testing
+
+            return float(triton.testing.do_bench(fn, warmup=25, rep=max(reps, 25), return_mode="median"))
+        start = time.perf_counter()  # CPU dry run: one call, only to exercise the path
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+    def check(self, name: str, actual: torch.Tensor, expected: torch.Tensor, bound: float) -> None:
+        a, e = actual.double(), expected.double()
+        err = (
+            float("inf")
+            if not torch.isfinite(a).all()
+            else ((a - e).norm() / e.norm().clamp_min(1e-30)).item()
+        )
+        ok = err < bound
+        line = f"  {'ok  ' if ok else 'FAIL'} {name:<44} rel RMS err {err:.2e} (bound {bound:.0e})"
+        print(line, flush=True)
+        if not ok:
+            self.failures.append(line.strip())
+
+    def timed(self, name: str, fn: Callable[[], object], nbytes: float, flops: float, ceil: Ceilings) -> None:
+        ms = self.time_ms(fn)
+        floor_ms = max(nbytes / ceil.bandwidth, flops / ceil.flops) * 1e3
+        line = (
+            f"  {name:<44} {ms * 1e3:10.1f} us   floor {floor_ms * 1e3:9.1f} us   x{ms / max(floor_ms, 1e-12):6.1f}"
+            f"   {nbytes / (ms * 1e-3) / 1e9:8.0f} GB/s  {flops / (ms * 1e-3) / 1e12:7.1f} TFLOP/s"
+        )
+        print(line, flush=True)
+        self.rows.append(line)
+
+
+def measure_ceilings(bench: Bench) -> Ceilings:
+    if bench.device.type != "cuda":
+        return Ceilings(DATASHEET_BW, DATASHEET_FLOPS)
+    src = torch.randn(2**29 // 2, device=bench.device, dtype=torch.bfloat16)  # 512 MiB, far past L2
+    dst = torch.empty_like(src)
+    ms = bench.time_ms(lambda: dst.copy_(src))
+    bw = 2 * src.numel() * 2 / (ms * 1e-3)
+    a = torch.randn(8192, 8192, device=bench.device, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=bench.device, dtype=torch.bfloat16)
+    ms = bench.time_ms(lambda: a @ b, reps=20)
+    flops = 2 * 8192**3 / (ms * 1e-3)
+    print(f"measured ceilings: copy {bw / 1e12:.2f} TB/s, bf16 matmul {flops / 1e12:.0f} TFLOP/s", flush=True)
+    return Ceilings(bw, flops)
+
+
+def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
+    from engine.kernels.causal_conv1d import triton as conv_tri
+    from engine.kernels.fused_moe import triton as moe_tri
+    from engine.kernels.gated_delta_rule import triton as gdr_tri
+    from engine.kernels.gated_rms_norm import triton as gated_tri
+    from engine.kernels.rms_norm import triton as rms_tri
+    from engine.kernels.router_topk import triton as router_tri
+
+    dev, bf16 = bench.device, torch.bfloat16
+    # The interpreter's bf16 stores truncate instead of rounding: looser bounds in a dry run only.
+    loose = 4.0 if bench.dry_run else 1.0
+    print("\n== kernels: bf16 correctness and time against the floor ==", flush=True)
+
+    for tokens in (1, s.prefill):
+        x = torch.randn(tokens, s.hidden, device=dev, dtype=bf16)
+        res = torch.randn_like(x)
+        w = 0.1 * torch.randn(s.hidden, device=dev, dtype=bf16)
+        y, h = rms_tri.rms_norm(x, w, 1e-6, residual=res)
+        y_ref, h_ref = rms_ref.rms_norm(x, w, 1e-6, residual=res)
+        bench.check(f"rms_norm+residual T={tokens}", y, y_ref, 1e-2 * loose)
+        bench.check(f"rms_norm residual sum T={tokens}", h, h_ref, 1e-2 * loose)
+        bench.timed(
+            f"rms_norm+residual T={tokens}",
+            partial(rms_tri.rms_norm, x, w, 1e-6, residual=res),
+            4 * x.numel() * 2,
+            0,
+            ceil,
+        )
+
+        xg = torch.randn(tokens, s.heads_v, s.head_dim, device=dev, dtype=bf16)
+        gate = torch.randn_like(xg)
+        wg = 1 + 0.1 * torch.randn(s.head_dim, device=dev, dtype=bf16)
+        bench.check(
+            f"gated_rms_norm T={tokens}",
+            gated_tri.gated_rms_norm(xg, gate, wg, 1e-6),
+            gated_ref.gated_rms_norm(xg, gate, wg, 1e-6),
+            1e-2 * loose,
+        )
+        bench.timed(
+            f"gated_rms_norm T={tokens}",
+            partial(gated_tri.gated_rms_norm, xg, gate, wg, 1e-6),
+            3 * xg.numel() * 2,
+            0,
+            ceil,
+        )
+
+        logits = torch.randn(tokens, s.experts, device=dev, dtype=bf16)
+        wt, ids = router_tri.router_topk(logits, s.top_k)
+        wt_ref, ids_ref = router_ref.router_topk(logits, s.top_k)
+        bench.check(
+            f"router_topk weights T={tokens}",
+            wt.gather(1, ids.argsort(1)),
+            wt_ref.gather(1, ids_ref.argsort(1)),
+            1e-5,
+        )
+        same = (ids.sort(1).values == ids_ref.sort(1).values).float().mean().item()
+        print(
+            f"  {'ok  ' if same > 0.99 else 'FAIL'} router_topk ids T={tokens}: {same:.4f} of picks equal (bf16 ties aside)"
+        )
+        bench.timed(
+            f"router_topk T={tokens}",
+            partial(router_tri.router_topk, logits, s.top_k),
+            logits.numel() * 2 + tokens * s.top_k * 12,
+            0,
+            ceil,
+        )
+
+        xc = torch.randn(1, tokens, s.conv_dim, device=dev, dtype=bf16)
+        wc = torch.randn(s.conv_dim, s.conv_width, device=dev, dtype=bf16) / 2
+        st = torch.randn(1, s.conv_dim, s.conv_width, device=dev, dtype=bf16)
+        yc, nst = conv_tri.causal_conv1d(xc, wc, conv_state=st)
+        yc_ref, nst_ref = conv_ref.causal_conv1d(xc, wc, conv_state=st)
+        bench.check(f"causal_conv1d T={tokens}", yc, yc_ref, 1e-2 * loose)
+        bench.check(f"causal_conv1d new state T={tokens}", nst, nst_ref, 1e-6)
+        bench.timed(
+            f"causal_conv1d T={tokens}",
+            partial(conv_tri.causal_conv1d, xc, wc, conv_state=st),
+            2 * xc.numel() * 2,
+            0,
+            ceil,
+        )
+
+    for batch in (1, 32):
+        xu = torch.randn(batch, s.conv_dim, device=dev, dtype=bf16)
+        wc = torch.randn(s.conv_dim, s.conv_width, device=dev, dtype=bf16) / 2
+        st = torch.randn(batch, s.conv_dim, s.conv_width, device=dev, dtype=bf16)
+        st_ref = st.clone()
+        bench.check(
+            f"causal_conv1d_update B={batch}",
+            conv_tri.causal_conv1d_update(xu, wc, st),
+            conv_ref.causal_conv1d_update(xu, wc, st_ref),
+            1e-2 * loose,
+        )
+        bench.check(f"causal_conv1d_update state B={batch}", st, st_ref, 1e-6)
+        bench.timed(
+            f"causal_conv1d_update B={batch}",
+            partial(conv_tri.causal_conv1d_update, xu, wc, st),
+            2 * st.numel() * 2 + 2 * xu.numel() * 2,
+            0,
+            ceil,
+        )
+
+    w_gate_up = torch.randn(s.experts, 2 * s.inter, s.hidden, device=dev, dtype=bf16) / s.hidden**0.5
+    w_down = torch.randn(s.experts, s.hidden, s.inter, device=dev, dtype=bf16) / s.inter**0.5
+    expert_bytes = 3 * s.inter * s.hidden * 2
+    for tokens in s.moe_tokens:
+        x = torch.randn(tokens, s.hidden, device=dev, dtype=bf16)
+        # Several routings, cycled while timing, so that the touched experts are not all sitting in L2.
+        routings = [
+            router_ref.router_topk(torch.randn(tokens, s.experts, device=dev), s.top_k) for _ in range(8)
+        ]
+        wt, ids = routings[0]
+        out = moe_tri.fused_moe(x, w_gate_up, w_down, wt.to(bf16), ids)
+        bench.check(
+            f"fused_moe T={tokens}",
+            out,
+            moe_ref.fused_moe(x, w_gate_up, w_down, wt.to(bf16), ids),
+            1e-2 * loose,
+        )
+        touched = sum(r[1].unique().numel() for r in routings) / len(routings)
+        turn = iter(range(10**9))
+
+        def run_moe(x=x, routings=routings, turn=turn):
+            wt, ids = routings[next(turn) % len(routings)]
+            return moe_tri.fused_moe(x, w_gate_up, w_down, wt, ids)
+
+        flops = 2 * tokens * s.top_k * 3 * s.inter * s.hidden
+        bench.timed(
+            f"fused_moe T={tokens} ({touched:.0f} experts)",
+            run_moe,
+            touched * expert_bytes + 2 * x.numel() * 2,
+            flops,
+            ceil,
+        )
+
+    hk, hv, d = s.heads_k, s.heads_v, s.head_dim
+    for name, cu in (
+        ("one sequence", None),
+        ("3 packed", [0, min(1000, s.prefill // 4), s.prefill // 2, s.prefill]),
+    ):
+        tokens = s.prefill
+        q = torch.randn(1, tokens, hk, d, device=dev, dtype=bf16)
+        k = torch.randn(1, tokens, hk, d, device=dev, dtype=bf16)
+        v = torch.randn(1, tokens, hv, d, device=dev, dtype=bf16)
+        g = torch.nn.functional.logsigmoid(torch.randn(1, tokens, hv, device=dev)) / 4
+        beta = torch.rand(1, tokens, hv, device=dev, dtype=bf16)
+        cu_t = None if cu is None else torch.tensor(cu, device=dev, dtype=torch.int32)
+        n = 1 if cu is None else len(cu) - 1
+        h0 = torch.randn(n, hv, d, d, device=dev) / d
+        kwargs = dict(
+            initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_t
+        )
+        o, ht = gdr_tri.chunk_gated_delta_rule(q, k, v, g, beta, **kwargs)
+        o_ref, ht_ref = gdr_ref.chunk_gated_delta_rule(
+            q.float(), k.float(), v.float(), g, beta.float(), **kwargs
+        )
+        bench.check(f"chunk_gated_delta_rule T={tokens} {name}", o, o_ref.to(bf16), 5e-3 * loose)
+        bench.check(f"chunk_gated_delta_rule state {name}", ht, ht_ref, 5e-3 * loose)
+        if cu is None:
+            io = 2 * q.numel() * 2 + 2 * v.numel() * 2 + g.numel() * 6
+            # Useful work per token and value head: the state read and update (4 K V) and the in-chunk terms.
+            flops = 2 * tokens * hv * (4 * d * d + 2 * 64 * d + 64 * d)
+            default_precision = gdr_tri._DOT_PRECISION
+            for precision in (default_precision, "ieee"):  # tf32 matrix products vs full fp32 (the fallback)
+                gdr_tri._DOT_PRECISION = precision
+                if precision != default_precision:
+                    o, _ = gdr_tri.chunk_gated_delta_rule(q, k, v, g, beta, **kwargs)
+                    bench.check(
+                        f"chunk_gated_delta_rule T={tokens} dots {precision}", o, o_ref.to(bf16), 5e-3 * loose
+                    )
+                bench.timed(
+                    f"chunk_gated_delta_rule T={tokens} dots {precision}",
+                    partial(gdr_tri.chunk_gated_delta_rule, q, k, v, g, beta, **kwargs),
+                    io,
+                    flops,
+                    ceil,
+                )
+            gdr_tri._DOT_PRECISION = default_precision
+
+    slots = 16
+    for batch in (1, 32):
+        q = torch.randn(batch, 1, hk, d, device=dev, dtype=bf16)
+        k = torch.randn(batch, 1, hk, d, device=dev, dtype=bf16)
+        v = torch.randn(batch, 1, hv, d, device=dev, dtype=bf16)
+        g = torch.nn.functional.logsigmoid(torch.randn(batch, 1, hv, device=dev))
+        beta = torch.rand(batch, 1, hv, device=dev, dtype=bf16)
+        states = torch.randn(slots, batch, hv, d, d, device=dev) / d
+        ref_state = states[0].clone()
+        o, _ = gdr_tri.fused_recurrent_gated_delta_rule(
+            q, k, v, g, beta, initial_state=states[0], use_qk_l2norm_in_kernel=True, inplace_final_state=True
+        )
+        o_ref, ht_ref = gdr_ref.recurrent_gated_delta_rule(
+            q, k, v, g, beta, initial_state=ref_state, output_final_state=True, use_qk_l2norm_in_kernel=True
+        )
+        bench.check(f"fused_recurrent (decode) B={batch}", o, o_ref, 2e-3 * loose)
+        bench.check(f"fused_recurrent state in place B={batch}", states[0], ht_ref, 2e-3 * loose)
+        turn = iter(range(10**9))
+
+        def run_recurrent(q=q, k=k, v=v, g=g, beta=beta, states=states, turn=turn):
+            state = states[next(turn) % slots]
+            return gdr_tri.fused_recurrent_gated_delta_rule(
+                q, k, v, g, beta, initial_state=state, use_qk_l2norm_in_kernel=True, inplace_final_state=True
+            )
+
+        bench.timed(f"fused_recurrent (decode) B={batch}", run_recurrent, 2 * states[0].numel() * 4, 0, ceil)
+
+
+def build_random_model(config, device: torch.device, dtype: torch.dtype):
+    """The engine's model with random weights made on the device: the loader's path minus the checkpoint."""
+    from engine.loader import FP32_PARAM_SUFFIXES
+    from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen3_5MoeForCausalLM(config)
+    model.to(dtype)
+    for name, param in model.named_parameters():
+        if name.endswith(FP32_PARAM_SUFFIXES):
+            param.data = param.data.float()
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("A_log"):
+                param.uniform_(0.0, 2.7)  # decay rates exp(A_log) in 1..16, as in the released model
+            elif name.endswith("dt_bias"):
+                param.uniform_(-1.0, 1.0)
+            elif name.endswith("linear_attn.norm.weight"):
+                param.normal_(1.0, 0.05)
+            elif name.endswith("norm.weight"):
+                param.normal_(0.0, 0.05)  # zero-centred norms: the weight is an offset from 1
+            else:
+                param.normal_(0.0, 0.02)
+    return model.eval().requires_grad_(False)
+
+
+def model_checks(
+    bench: Bench, config, dtype: torch.dtype, contexts: dict[str, tuple[int, int]], prefill: int
+) -> dict[str, dict[str, float]]:
+    """Returns {row: {"eager": tok/s, "graph": tok/s}} for the decode rows and {"prefill": {"eager": tok/s}}."""
+    from engine.cache import Cache
+    from engine.cuda_graphs import DecodeGraphRunner
+    from engine.forward_batch import ForwardBatch
+
+    dev = bench.device
+    print("\n== whole model, random weights ==", flush=True)
+    start = time.perf_counter()
+    model = build_random_model(config, dev, dtype)
+    bench.sync()
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"built {n_params / 1e9:.2f} B params in {time.perf_counter() - start:.1f} s", flush=True)
+    results: dict[str, dict[str, float]] = {}
+    for row, (batch, context) in contexts.items():
+        cache = Cache(config, num_slots=batch + 1, max_len=context + 8, dtype=dtype, device=dev)
+        # Random KV and states (never zeros: they can run faster than real data).
+        for t in (cache.keys, cache.values, cache.conv):
+            t.normal_(0.0, 1.0)
+        cache.recurrent.normal_(0.0, 0.01)
+        fb = ForwardBatch.build(list(range(batch)), [context] * batch, [1] * batch, dev)
+        ids = torch.randint(0, config.vocab_size, (batch,), device=dev)
+        eager_ms = bench.time_ms(lambda fb=fb, ids=ids, cache=cache: model(ids, fb, cache), reps=200)
+        results[row] = {"eager": batch / (eager_ms * 1e-3)}
+        if dev.type == "cuda":
+            runner = DecodeGraphRunner(
+                lambda i, p, s, fb=fb, cache=cache: model(i, fb, cache),
+                pad_slot_id=batch,
+                batch_sizes=(batch,),
+            )
+            slots = torch.arange(batch, device=dev)
+            runner(ids, fb.positions, slots)  # capture
+            graph_ms = bench.time_ms(partial(runner, ids, fb.positions, slots), reps=200)
+            results[row]["graph"] = batch / (graph_ms * 1e-3)
+        print(f"  {row}: " + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in results[row].items()), flush=True)
+        del cache
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    cache = Cache(config, num_slots=1, max_len=prefill + 8, dtype=dtype, device=dev)
+    fb = ForwardBatch.build([0], [0], [prefill], dev)
+    ids = torch.randint(0, config.vocab_size, (prefill,), device=dev)
+    ms = bench.time_ms(lambda: model(ids, fb, cache), reps=5)
+    results[f"prefill {prefill // 1024}k" if prefill >= 1024 else f"prefill {prefill}"] = {
+        "eager": prefill / (ms * 1e-3)
+    }
+    print(f"  prefill {prefill} tokens: {prefill / (ms * 1e-3):,.0f} tok/s ({ms:.1f} ms)", flush=True)
+    return results
+
+
+def summary(results: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "",
+        "== summary (tok/s) ==",
+        f"{'case':<14}{'eager':>12}{'CUDA graph':>12}{'roofline':>12}{'target':>10}  verdict",
+    ]
+    for row, r in results.items():
+        best = max(r.values())
+        roof, target = ROOFLINE.get(row), TARGET.get(row)
+        graph = f"{r['graph']:>12,.0f}" if "graph" in r else f"{'-':>12}"
+        verdict = "" if target is None else ("meets target" if best >= target else "BELOW target")
+        lines.append(
+            f"{row:<14}{r['eager']:>12,.0f}{graph}{(f'{roof:,.0f}' if roof else '-'):>12}"
+            f"{(f'{target:,.0f}' if target else '-'):>10}  {verdict}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, Triton interpreter")
+    parser.add_argument("--skip-model", action="store_true", help="kernel checks only")
+    parser.add_argument("--skip-kernels", action="store_true", help="whole-model timing only")
+    args = parser.parse_args()
+
+    from engine.config import Config
+
+    torch.manual_seed(0)
+    if args.dry_run:
+        device, shapes = torch.device("cpu"), TINY
+        config = Config(
+            vocab_size=512, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=32, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=4, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+        )  # fmt: skip
+        contexts, prefill, model_dtype = {"b1 2k": (1, 20), "b32 2k": (3, 20)}, 40, torch.float32
+    else:
+        if not torch.cuda.is_available():
+            print("no CUDA device: run with --dry-run on a CPU", file=sys.stderr)
+            return 2
+        device, shapes = torch.device("cuda"), REAL
+        # The released Qwen3.5-35B-A3B text config (model-qwen35-moe.md section 1); Config's defaults are those values.
+        config = Config(
+            vocab_size=248320, hidden_size=2048, num_hidden_layers=40, num_attention_heads=16, num_key_value_heads=2,
+            head_dim=256, rms_norm_eps=1e-6, rope_theta=1e7, partial_rotary_factor=0.25, linear_conv_kernel_dim=4,
+            linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+            num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+        )  # fmt: skip
+        contexts = {"b1 2k": (1, 2048), "b1 30k": (1, 30720), "b32 2k": (32, 2048)}
+        prefill, model_dtype = 8192, torch.bfloat16
+        print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    import triton
+
+    print(
+        f"triton {triton.__version__}, TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')}", flush=True
+    )
+    bench = Bench(device, args.dry_run)
+    ceilings = measure_ceilings(bench)
+    if not args.skip_kernels:
+        kernel_checks(bench, shapes, ceilings)
+    results = {} if args.skip_model else model_checks(bench, config, model_dtype, contexts, prefill)
+    text = summary(results)
+    if bench.failures:
+        text += "\n\ncorrectness FAILURES:\n  " + "\n  ".join(bench.failures)
+    if args.dry_run:
+        text += "\n\n(dry run: tiny shapes on a CPU through the Triton interpreter; the numbers mean nothing)"
+    print(text, flush=True)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "gpu_check.txt").write_text("\n".join(bench.rows) + "\n" + text + "\n")
+    return 1 if bench.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
