@@ -191,7 +191,7 @@ class OpenAPIImporter:
         pointer: str,
     ) -> ToolDraft:
         raw_name = str(op.get("operationId") or "")
-        fallback = tool_name(f"{method}_{route.replace('{', '').replace('}', '')}", method)
+        fallback = tool_name("_".join([method, *re.findall(r"[A-Za-z0-9.\-]+", route)]), method)
         base = tool_name(raw_name, fallback) if raw_name else fallback
         if raw_name and base != raw_name:
             self.log.warn(pointer, f"operationId {raw_name!r} is not a valid tool name; using {base!r}")
@@ -253,7 +253,10 @@ class OpenAPIImporter:
                     at, f"parameter name {param['name']!r} is used twice; this one is argument {key!r}"
                 )
             if param.get("description") and isinstance(schema, dict):
-                schema = {"description": str(param["description"]).strip(), **schema}
+                schema = {
+                    **schema,
+                    "description": schema.get("description") or str(param["description"]).strip(),
+                }
             if param.get("deprecated") and isinstance(schema, dict):
                 schema["deprecated"] = True
             properties[key] = schema

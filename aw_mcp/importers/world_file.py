@@ -152,7 +152,33 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
+def _short_scalar(value: Any) -> bool:
+    return (
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and "\n" not in value)
+    )
+
+
+def _flow_fits(items: list[Any]) -> bool:
+    """Short lists and maps of plain scalars read best on one line, as people write them: `[open, closed]`."""
+    return all(_short_scalar(v) for v in items) and sum(len(str(v)) + 2 for v in items) <= 60
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    return dumper.represent_sequence(
+        "tag:yaml.org,2002:seq", data, flow_style=bool(data) and _flow_fits(data)
+    )
+
+
+def _represent_dict(dumper: yaml.SafeDumper, data: dict[Any, Any]) -> yaml.Node:
+    flow = bool(data) and len(data) <= 4 and _flow_fits([*data.keys(), *data.values()])
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=flow)
+
+
 _WorldDumper.add_representer(str, _represent_str)
+_WorldDumper.add_representer(list, _represent_list)
+_WorldDumper.add_representer(dict, _represent_dict)
 
 
 def world_yaml(world: dict[str, Any], header: str = "") -> str:
