@@ -17,6 +17,7 @@ import mcp.types as types
 from mcp import MCPError
 from mcp.server import Server, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 from aw_mcp import __version__
 from aw_mcp.simulator import Simulator, UnknownToolError
@@ -26,6 +27,7 @@ log = logging.getLogger("aw_mcp.server")
 SESSION_META_KEY = "aw/session"
 SPEC_URI = "world://spec"
 TRAJECTORY_URI = "world://trajectory"
+FAULTS_URI = "world://faults"
 
 
 @dataclass
@@ -53,13 +55,42 @@ def session_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return str(value) if value else None
 
 
+def faults_document(app: WorldApp, session_key_: str | None) -> dict[str, Any]:
+    """Every perturbation that fired in this session, call by call (the `world://faults` resource)."""
+    session = app.simulator.registry.get(session_key_)
+    fired = [
+        {"index": r.index, "tool": r.tool, "arguments": r.arguments, "time": r.time, **fault}
+        for r in sorted(session.records, key=lambda r: r.index)
+        for fault in r.faults
+    ]
+    return {
+        "world": app.world.name,
+        "session": session.id,
+        "seed": app.world.seed,
+        "perturbations": [p.name for p in app.simulator.perturbations],
+        "faults": fired,
+    }
+
+
 def build_server(app: WorldApp) -> Server[Any]:
     world = app.world
+    # 2026-07-28 clients hear about tool-list changes on `subscriptions/listen` streams fed by this bus.
+    bus = InMemorySubscriptionBus()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[types.Tool.model_validate(t.wire()) for t in world.tools])
+        tools = app.simulator.catalog.tools  # catalog faults change it for the whole world
+        return types.ListToolsResult(tools=[types.Tool.model_validate(t.wire()) for t in tools])
+
+    async def announce_tool_list_change(ctx: ServerRequestContext[Any, Any]) -> None:
+        await bus.publish(ToolsListChanged())
+        try:  # 2025-era connections: a notification on the caller's session
+            await ctx.session.send_tool_list_changed()
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:  # not available on this connection's era or transport
+            log.debug("tools/list_changed not sent on this session: %s", exc)
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -76,6 +107,11 @@ def build_server(app: WorldApp) -> Server[Any]:
             outcome = await app.simulator.call(params.name, params.arguments, session_key(ctx), report)
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        if outcome.catalog_changed:
+            await announce_tool_list_change(ctx)
+        if outcome.protocol_error is not None:
+            code, message = outcome.protocol_error
+            raise MCPError(code=code, message=message)
         result = types.CallToolResult(
             content=[types.TextContent(type="text", text=outcome.text)],
             structured_content=outcome.structured if not outcome.is_error else None,
@@ -86,24 +122,33 @@ def build_server(app: WorldApp) -> Server[Any]:
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        return types.ListResourcesResult(
-            resources=[
+        resources = [
+            types.Resource(
+                uri=SPEC_URI,
+                name="world-spec",
+                title=f"World spec: {world.name}",
+                description="The YAML world this server simulates.",
+                mime_type="application/yaml",
+            ),
+            types.Resource(
+                uri=TRAJECTORY_URI,
+                name="trajectory",
+                title="This session's trajectory",
+                description="Every call of this session so far, one JSON object per line.",
+                mime_type="application/jsonl",
+            ),
+        ]
+        if app.simulator.perturbations:  # readable in every world; listed where faults can fire
+            resources.append(
                 types.Resource(
-                    uri=SPEC_URI,
-                    name="world-spec",
-                    title=f"World spec: {world.name}",
-                    description="The YAML world this server simulates.",
-                    mime_type="application/yaml",
-                ),
-                types.Resource(
-                    uri=TRAJECTORY_URI,
-                    name="trajectory",
-                    title="This session's trajectory",
-                    description="Every call of this session so far, one JSON object per line.",
-                    mime_type="application/jsonl",
-                ),
-            ]
-        )
+                    uri=FAULTS_URI,
+                    name="faults",
+                    title="Faults fired in this session",
+                    description="Every perturbation that fired, with its call, parameters and ground truth.",
+                    mime_type="application/json",
+                )
+            )
+        return types.ListResourcesResult(resources=resources)
 
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
@@ -116,6 +161,9 @@ def build_server(app: WorldApp) -> Server[Any]:
                 json.dumps(r.to_json(), ensure_ascii=False, default=str) + "\n" for r in session.records
             )
             mime = "application/jsonl"
+        elif params.uri == FAULTS_URI:
+            document = faults_document(app, session_key(ctx))
+            text, mime = json.dumps(document, ensure_ascii=False, indent=2, default=str), "application/json"
         else:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {params.uri}")
         return types.ReadResourceResult(
@@ -131,6 +179,7 @@ def build_server(app: WorldApp) -> Server[Any]:
         on_call_tool=call_tool,
         on_list_resources=list_resources,
         on_read_resource=read_resource,
+        on_subscriptions_listen=ListenHandler(bus),
     )
 
 

@@ -43,6 +43,10 @@ class CallRecord:
     error: str | None = None
     faults: list[dict[str, Any]] = field(default_factory=list)
     attempts: int = 0
+    # When a fault changed what the agent saw: the world model's own observation, which the history keeps.
+    truth: str | None = None
+    # False when no world-model answer belongs in the history (an injected error, a stale answer).
+    in_history: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"v": TRAJECTORY_VERSION, "type": "call", **self.__dict__}
@@ -113,8 +117,9 @@ class WorldSession:
 
     def add(self, record: CallRecord) -> None:
         self.records.append(record)
-        if record.observation is not None and record.error is None:
-            self.history.append(Turn(record.tool, record.arguments, record.observation))
+        if record.observation is not None and record.error is None and record.in_history:
+            seen = record.truth if record.truth is not None else record.observation
+            self.history.append(Turn(record.tool, record.arguments, seen))
 
     def restore(self, record: dict[str, Any]) -> None:
         """Replay a recorded call into this session (for --resume)."""

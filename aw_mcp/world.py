@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fnmatch
 import re
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -13,6 +14,8 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.domains import BUILTIN_TOOLS, Domain
+from aw_mcp.perturb import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
+from aw_mcp.presets import PresetRef, expand_presets, normalize_preset
 from aw_mcp.spec_source import PathKey, SpecSource, SpecSyntaxError, parse_yaml, read_yaml
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -197,8 +200,15 @@ class WorldSpec(_Strict):
     state: str | dict[str, Any] | list[Any] | None = None
     tools: list[ToolSpec] = Field(default_factory=list)
     model: ModelSettings = Field(default_factory=ModelSettings)
-    perturbations: list[dict[str, Any]] = Field(default_factory=list)
-    presets: list[Any] = Field(default_factory=list)
+    # Prompt-injection slots (AgentDojo-style): name -> default text; `inject` faults fill them in.
+    injections: dict[str, str] = Field(default_factory=dict)
+    perturbations: list[Perturbation] = Field(default_factory=list)
+    presets: list[PresetRef] = Field(default_factory=list)
+
+    @field_validator("presets", mode="before")
+    @classmethod
+    def _preset_names(cls, value: Any) -> Any:
+        return [normalize_preset(v) for v in value] if isinstance(value, list) else value
 
     @field_validator("now", mode="before")
     @classmethod
@@ -245,6 +255,80 @@ class WorldSpec(_Strict):
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
 
+    def all_perturbations(self) -> list[Perturbation]:
+        """The world's own perturbations, then those its presets expand into."""
+        return [*self.perturbations, *expand_presets(self.presets)]
+
+    def perturbation_problems(self) -> list[tuple[PathKey, str]]:
+        """Checks that need the whole world (tool names, declared errors, slots), each with its YAML location."""
+        from aw_mcp.faults import BUILTIN_INJECTIONS  # faults imports this module
+
+        problems: list[tuple[PathKey, str]] = []
+        names = [t.name for t in self.tools]
+        added: list[str] = []
+        for i, p in enumerate(self.perturbations):
+            if isinstance(p.fault, CatalogFault):
+                for j, entry in enumerate(p.fault.add):
+                    try:
+                        added.append(ToolSpec.model_validate(entry).name)
+                    except ValidationError as exc:
+                        first = exc.errors()[0]
+                        where = (*("perturbations", i, "fault", "add", j), *_clean_loc(tuple(first["loc"])))
+                        problems.append((where, _expected(first)))
+        known = names + added
+        for i, p in enumerate(self.perturbations):
+            here: PathKey = ("perturbations", i)
+            matched = [n for n in known if fnmatch.fnmatchcase(n, p.match.tool)]
+            if not matched:
+                problems.append(
+                    (
+                        (*here, "match", "tool"),
+                        f"{p.match.tool!r} matches no tool (tools: {', '.join(known)})",
+                    )
+                )
+            fault = p.fault
+            if isinstance(fault, ErrorFault) and fault.declared is not None:
+                lacking = [n for n in matched if fault.declared not in {e.name for e in self._tool_errors(n)}]
+                if lacking:
+                    problems.append(
+                        (
+                            (*here, "fault", "declared"),
+                            f"tool(s) {', '.join(lacking)} declare no error named {fault.declared!r}",
+                        )
+                    )
+            if isinstance(fault, InjectFault) and fault.text is None:
+                if fault.slot not in self.injections and fault.slot not in BUILTIN_INJECTIONS:
+                    slots = sorted({*self.injections, *BUILTIN_INJECTIONS})
+                    problems.append(
+                        ((*here, "fault", "slot"), f"unknown injection slot (slots: {', '.join(slots)})")
+                    )
+            if isinstance(fault, CatalogFault):
+                for j, name in enumerate(fault.remove):
+                    if name not in known:
+                        problems.append(((*here, "fault", "remove", j), f"no tool named {name!r}"))
+                for name in fault.redescribe:
+                    if name not in known:
+                        problems.append(((*here, "fault", "redescribe", name), f"no tool named {name!r}"))
+                clash = [e.get("name") for e in fault.add if e.get("name") in names]
+                if clash:
+                    problems.append(((*here, "fault", "add"), f"tool(s) {', '.join(clash)} already exist"))
+        for j, preset in enumerate(self.presets):
+            if not any(fnmatch.fnmatchcase(n, preset.tools) for n in names):
+                problems.append((("presets", j, "tools"), f"{preset.tools!r} matches no tool"))
+            slot = getattr(preset, "slot", None)
+            if slot is not None and getattr(preset, "text", None) is None:
+                if slot not in self.injections and slot not in BUILTIN_INJECTIONS:
+                    problems.append((("presets", j, "slot"), "unknown injection slot"))
+        everything = self.all_perturbations()
+        for i, message in check_names_unique(everything):
+            where: PathKey = ("perturbations", i) if i < len(self.perturbations) else ("presets",)
+            problems.append((where, message))
+        return problems
+
+    def _tool_errors(self, name: str) -> list[ToolErrorSpec]:
+        tool = self.tool(name)
+        return tool.errors if tool is not None else []
+
 
 @dataclass(frozen=True)
 class SpecIssue:
@@ -281,9 +365,28 @@ def _expected(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-def _clean_loc(loc: tuple[Any, ...]) -> PathKey:
-    # Pydantic inserts union-branch names (e.g. 'str', 'dict[str,any]') into the location; they are not YAML keys.
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"str", "list", "dict"})))
+def _clean_loc(loc: tuple[Any, ...], data: Any = None) -> PathKey:
+    """Pydantic inserts union-branch names (e.g. 'str', 'dict[str,any]') and discriminated-union tags (a fault's
+    `kind`, a schedule's `mode`) into the location; they are not YAML keys. A tag is recognised as a location
+    part that is not a key of the mapping at that point but equals one of its string values."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(part, str) and ("[" in part or part in {"str", "list", "dict"}):
+            continue
+        if isinstance(node, dict):
+            if part in node:
+                node = node[part]
+            elif isinstance(part, str) and part in {v for v in node.values() if isinstance(v, str)}:
+                continue
+            else:
+                node = None
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+        out.append(part)
+    return tuple(out)
 
 
 def world_from_source(source: SpecSource) -> WorldSpec:
@@ -292,14 +395,20 @@ def world_from_source(source: SpecSource) -> WorldSpec:
             [SpecIssue(source.path, 1, "(world)", "expected a mapping with at least `name:`")]
         )
     try:
-        return WorldSpec.model_validate(source.data)
+        world = WorldSpec.model_validate(source.data)
     except ValidationError as exc:
         issues = []
         for error in exc.errors():
-            loc = _clean_loc(tuple(error["loc"]))
+            loc = _clean_loc(tuple(error["loc"]), source.data)
             line, _ = source.locate(loc)
             issues.append(SpecIssue(source.path, line, _field_path(loc), _expected(error)))
         raise WorldSpecError(issues) from None
+    problems = world.perturbation_problems()
+    if problems:
+        raise WorldSpecError(
+            [SpecIssue(source.path, source.locate(loc)[0], _field_path(loc), msg) for loc, msg in problems]
+        )
+    return world
 
 
 def load_world(path: str | Path) -> WorldSpec:

@@ -6,11 +6,15 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+from pydantic import ValidationError
+
 from aw_mcp.backends.resolve import BACKENDS, open_backend, resolve_backend
 from aw_mcp.bundled import resolve_world_path
+from aw_mcp.presets import PRESET_NAMES, parse_preset
 from aw_mcp.session import SessionRegistry, TrajectoryWriter
 from aw_mcp.simulator import Simulator, params_from_settings
-from aw_mcp.world import WorldSpec, load_world
+from aw_mcp.world import SpecIssue, WorldSpec, WorldSpecError, load_world
 
 
 def add_world_flag(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +47,33 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--resume", metavar="PATH", help="continue the session recorded in this trajectory")
 
 
+def add_preset_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset",
+        action="append",
+        default=[],
+        metavar="NAME[:KEY=VALUE,...]",
+        help=f"add a perturbation preset at launch ({', '.join(PRESET_NAMES)}), e.g. flaky:probability=0.3",
+    )
+
+
+def preset_from_flag(flag: str) -> object:
+    """`brownout:probability=0.5,cooldown=3` → the preset model (values are read as YAML scalars)."""
+    name, _, rest = flag.partition(":")
+    data: dict[str, object] = {"name": name.strip()}
+    for pair in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--preset {flag}: expected KEY=VALUE, got {pair!r}")
+        data[key.strip()] = yaml.safe_load(value)
+    try:
+        return parse_preset(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "name"
+        raise ValueError(f"--preset {flag}: {where}: {first['msg']}") from None
+
+
 @dataclass
 class WorldSetup:
     world: WorldSpec
@@ -65,7 +96,18 @@ def apply_overrides(world: WorldSpec, args: argparse.Namespace) -> WorldSpec:
         updates["model"] = world.model.model_copy(update=model_updates)
     if getattr(args, "seed", None) is not None:
         updates["seed"] = args.seed
-    return world.model_copy(update=updates) if updates else world
+    flags = getattr(args, "preset", None) or []
+    if flags:
+        updates["presets"] = [*world.presets, *(preset_from_flag(f) for f in flags)]
+    if not updates:
+        return world
+    world = world.model_copy(update=updates)
+    problems = world.perturbation_problems() if flags else []
+    if problems:
+        raise WorldSpecError(
+            [SpecIssue("--preset", 0, ".".join(map(str, loc)), msg) for loc, msg in problems]
+        )
+    return world
 
 
 def setup_world(args: argparse.Namespace) -> WorldSetup:

@@ -1,0 +1,83 @@
+"""The ledger: what earlier calls of a world session established, given to the world model as notes.
+
+The history already holds every earlier observation, but a long history buries the ids and values a write call
+created, and a counterfactual fault changes the world in a way no observation states outright. The ledger lists
+both, derived from the session's records, so a counterfactual world stays self-consistent across calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aw_mcp.prompting import parse_json_observation
+from aw_mcp.session import CallRecord
+from aw_mcp.world import ToolSpec
+
+MAX_ENTRIES = 20
+_KEY_FIELDS = ("status", "state")
+
+
+def _key_values(value: Any, limit: int = 6) -> list[str]:
+    """Identifiers and status fields at the top level and one level down (where APIs put the created object)."""
+    found: list[str] = []
+    levels = [value] if isinstance(value, dict) else []
+    if isinstance(value, dict):
+        levels += [v for v in value.values() if isinstance(v, dict)]
+    for level in levels:
+        for key, item in level.items():
+            if isinstance(item, dict | list) or item is None:
+                continue
+            lowered = key.lower()
+            if lowered == "id" or lowered.endswith("_id") or key.endswith("Id") or lowered in _KEY_FIELDS:
+                found.append(f"{key}={json.dumps(item, ensure_ascii=False)}")
+            if len(found) >= limit:
+                return found
+    return found
+
+
+def _established(record: CallRecord) -> str:
+    value = record.structured
+    if value is None and record.observation:
+        try:
+            value = parse_json_observation(record.observation)
+        except ValueError:
+            value = None
+    pairs = _key_values(value) if value is not None else []
+    if pairs:
+        return ", ".join(pairs)
+    first = (record.truth or record.observation or "").strip().splitlines()
+    line = first[0] if first else ""
+    return f"returned {line[:160]!r}"
+
+
+def ledger_notes(records: Sequence[CallRecord], tool_of: Callable[[str], ToolSpec | None]) -> list[str]:
+    """Notes for the next action turn, oldest first, at most MAX_ENTRIES."""
+    entries: list[str] = []
+    for record in sorted(records, key=lambda r: r.index):
+        number = record.index + 1
+        for fault in record.faults:
+            if not fault.get("applied", True):
+                continue
+            if fault.get("kind") == "counterfactual":
+                entries.append(f"Since call #{number} this holds in the world: {fault['instruction']}")
+            elif fault.get("kind") == "wrong_content" and record.truth is None:
+                entries.append(
+                    f"Call #{number} ({record.tool}) deliberately showed wrong content ({fault['instruction']}); "
+                    "the true state did not change."
+                )
+        if record.error is not None or record.is_error or record.observation is None or not record.in_history:
+            continue
+        tool = tool_of(record.tool)
+        read_only = (
+            tool is not None and tool.annotations is not None and tool.annotations.readOnlyHint is True
+        )
+        if read_only:
+            continue
+        arguments = json.dumps(record.arguments, ensure_ascii=False, sort_keys=True)
+        entries.append(f"Call #{number} {record.tool} {arguments} established: {_established(record)}")
+    if not entries:
+        return []
+    kept = entries[-MAX_ENTRIES:]
+    return ["Ledger of what earlier calls established (stay consistent with it):", *kept]

@@ -1,0 +1,527 @@
+"""Perturbations: what a world's `perturbations:` entries say, and the pure decision of which ones fire on a call.
+
+A decision is a pure function of (world seed, perturbation name, call index, tool, arguments): every random draw
+is a SHA-256 of those values mapped to [0, 1), so the same seed and the same calls give the same faults in any
+process. The call index `n` is per perturbation: the 1-based count of calls, in this world session, that the
+perturbation's `match` selected. The circuit breaker additionally reads the outcomes (error or not) of the earlier
+calls it matched, which the session's history already holds.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# JSON-RPC codes the MCP specification reserves for its own errors; a fault may only send them when asked to.
+MCP_RESERVED_CODES = range(-32099, -32020 + 1)
+
+
+class _Strict(BaseModel):
+    """Same rule as the rest of the spec: unknown keys are errors, `x-` keys are free-form extensions."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_extensions(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
+        return data
+
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+# ---------------------------------------------------------------------------------------------------------------
+# match
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Match(_Strict):
+    """Which calls a perturbation considers: a glob on the tool name and an optional subset of the arguments.
+
+    An argument value that is a string is a glob too (`region: "eu-*"`); other values must be equal.
+    """
+
+    tool: str = "*"
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    def matches(self, tool: str, arguments: dict[str, Any]) -> bool:
+        if not fnmatch.fnmatchcase(tool, self.tool):
+            return False
+        for key, want in self.arguments.items():
+            if key not in arguments:
+                return False
+            got = arguments[key]
+            if isinstance(want, str) and isinstance(got, str):
+                if not fnmatch.fnmatchcase(got, want):
+                    return False
+            elif got != want:
+                return False
+        return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fault kinds (what happens when a perturbation fires); applied by aw_mcp/faults.py
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class LatencyFault(_Strict):
+    """Wait before answering. Exactly one distribution: fixed, uniform, normal, or lognormal; plus jitter."""
+
+    kind: Literal["latency"]
+    fixed_ms: float | None = Field(default=None, ge=0)
+    min_ms: float | None = Field(default=None, ge=0)
+    max_ms: float | None = Field(default=None, ge=0)
+    mean_ms: float | None = Field(default=None, ge=0)
+    stddev_ms: float | None = Field(default=None, ge=0)
+    median_ms: float | None = Field(default=None, gt=0)
+    sigma: float | None = Field(default=None, ge=0)
+    jitter_ms: float = Field(default=0.0, ge=0)
+    progress_every_ms: float = Field(default=1000.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_distribution(self) -> LatencyFault:
+        chosen = [
+            name
+            for name, fields in (
+                ("fixed_ms", (self.fixed_ms,)),
+                ("min_ms/max_ms", (self.min_ms, self.max_ms)),
+                ("mean_ms/stddev_ms", (self.mean_ms, self.stddev_ms)),
+                ("median_ms/sigma", (self.median_ms, self.sigma)),
+            )
+            if any(f is not None for f in fields)
+        ]
+        if len(chosen) != 1:
+            raise ValueError(
+                "give exactly one distribution: fixed_ms, min_ms+max_ms, mean_ms+stddev_ms or median_ms+sigma"
+                + (f" (found {', '.join(chosen)})" if chosen else "")
+            )
+        pairs = {
+            "min_ms/max_ms": (self.min_ms, self.max_ms),
+            "mean_ms/stddev_ms": (self.mean_ms, self.stddev_ms),
+            "median_ms/sigma": (self.median_ms, self.sigma),
+        }
+        if chosen[0] in pairs and None in pairs[chosen[0]]:
+            raise ValueError(f"{chosen[0]} go together: give both")
+        if self.min_ms is not None and self.max_ms is not None and self.min_ms > self.max_ms:
+            raise ValueError("min_ms must not exceed max_ms")
+        return self
+
+    def sample_ms(self, u1: float, u2: float, u3: float) -> float:
+        """A delay from three independent uniform draws in [0, 1)."""
+        if self.fixed_ms is not None:
+            base = self.fixed_ms
+        elif self.min_ms is not None and self.max_ms is not None:
+            base = self.min_ms + (self.max_ms - self.min_ms) * u1
+        else:
+            # Box-Muller; 1 - u1 is in (0, 1] so the log is finite.
+            z = math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
+            if self.mean_ms is not None and self.stddev_ms is not None:
+                base = self.mean_ms + self.stddev_ms * z
+            else:
+                assert self.median_ms is not None and self.sigma is not None
+                base = self.median_ms * math.exp(self.sigma * z)
+        return max(0.0, base + self.jitter_ms * (2.0 * u3 - 1.0))
+
+
+class ErrorFault(_Strict):
+    """An isError result in a realistic shape. Exactly one of: status, timeout_s, quota, declared."""
+
+    kind: Literal["error"]
+    status: int | None = Field(default=None, ge=400, le=599)
+    timeout_s: float | None = Field(default=None, gt=0)
+    quota: bool = False
+    declared: str | None = None
+    message: str | None = None  # a template: {argument} placeholders take the call's arguments
+    retry_after_s: float | None = Field(default=None, ge=0)
+    format: Literal["text", "json"] = "text"
+
+    @model_validator(mode="after")
+    def _one_family(self) -> ErrorFault:
+        given = [
+            n
+            for n, v in (
+                ("status", self.status),
+                ("timeout_s", self.timeout_s),
+                ("quota", self.quota or None),
+                ("declared", self.declared),
+            )
+            if v is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of status, timeout_s, quota: true, or declared (a tool error's name)"
+                + (f" (found {', '.join(given)})" if given else "")
+            )
+        if self.retry_after_s is not None and self.status not in (429, 503) and not self.quota:
+            raise ValueError("retry_after_s belongs to status 429 or 503, or quota: true")
+        return self
+
+
+class HangFault(_Strict):
+    """Never answer until the client cancels; with `seconds`, give up after that long with a timeout error."""
+
+    kind: Literal["hang"]
+    seconds: float | None = Field(default=None, gt=0)
+
+
+class ProtocolErrorFault(_Strict):
+    """A JSON-RPC error instead of a result."""
+
+    kind: Literal["protocol_error"]
+    code: int = -32603
+    message: str = "Internal error"
+    allow_reserved: bool = False
+
+    @model_validator(mode="after")
+    def _not_reserved(self) -> ProtocolErrorFault:
+        if self.code in MCP_RESERVED_CODES and not self.allow_reserved:
+            raise ValueError(
+                f"code {self.code} is in the range -32099..-32020 that MCP reserves for its own errors; "
+                "set allow_reserved: true to send it anyway"
+            )
+        return self
+
+
+class TruncateFault(_Strict):
+    """Cut the answer: text keeps its first `keep` fraction; structured results keep that fraction of each list."""
+
+    kind: Literal["truncate"]
+    keep: float = Field(default=0.5, gt=0.0, lt=1.0)
+
+
+class EmptyFault(_Strict):
+    """An empty answer: empty text, or every list in a structured result emptied (when the schema allows it)."""
+
+    kind: Literal["empty"]
+
+
+class OversizedFault(_Strict):
+    """A huge answer of at least `size_chars` characters (lists repeated for structured results)."""
+
+    kind: Literal["oversized"]
+    size_chars: int = Field(default=200_000, ge=1_000, le=50_000_000)
+
+
+class MalformedFault(_Strict):
+    """Invalid JSON (the answer cut before it closes). Opt-in only: no preset uses it."""
+
+    kind: Literal["malformed"]
+
+
+class StaleFault(_Strict):
+    """Answer with an earlier observation of the same tool and arguments, even after a write."""
+
+    kind: Literal["stale"]
+    pick: Literal["first", "previous"] = "first"
+    ground_truth: bool = False  # also ask the world model for the current answer, recorded with the fault
+
+
+class WrongContentFault(_Strict):
+    """This call's observation is plausible but wrong; the world's true state does not change."""
+
+    kind: Literal["wrong_content"]
+    instruction: str = Field(min_length=1)
+    ground_truth: bool = False  # also ask the world model for the unperturbed observation
+
+
+class CounterfactualFault(_Strict):
+    """From this call on, the world holds something that is not so; the ledger keeps later calls consistent."""
+
+    kind: Literal["counterfactual"]
+    instruction: str = Field(min_length=1)
+    ground_truth: bool = False
+
+
+class InjectFault(_Strict):
+    """Text slotted into the observation (prompt-injection tests), from a named slot with a default text."""
+
+    kind: Literal["inject"]
+    slot: str = "ignore_previous"
+    text: str | None = None  # overrides the slot's text for this perturbation
+    position: Literal["end", "start"] = "end"
+    field: str | None = None  # structured results: dotted path of the string field to carry it
+
+
+class CatalogFault(_Strict):
+    """Change the tool catalog for the whole world when it fires (once), with a tools/list_changed notification."""
+
+    kind: Literal["catalog"]
+    add: list[dict[str, Any]] = Field(default_factory=list)  # full tool definitions, checked like `tools:`
+    remove: list[str] = Field(default_factory=list)
+    redescribe: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _does_something(self) -> CatalogFault:
+        if not (self.add or self.remove or self.redescribe):
+            raise ValueError("a catalog fault needs at least one of add, remove, redescribe")
+        return self
+
+
+Fault = Annotated[
+    LatencyFault
+    | ErrorFault
+    | HangFault
+    | ProtocolErrorFault
+    | TruncateFault
+    | EmptyFault
+    | OversizedFault
+    | MalformedFault
+    | StaleFault
+    | WrongContentFault
+    | CounterfactualFault
+    | InjectFault
+    | CatalogFault,
+    Field(discriminator="kind"),
+]
+
+# ---------------------------------------------------------------------------------------------------------------
+# schedules (when a matched call fires); `n` is the perturbation's own 1-based matched-call count
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Always(_Strict):
+    mode: Literal["always"]
+
+
+class RandomSchedule(_Strict):
+    mode: Literal["random"]
+    probability: Probability
+
+
+class Every(_Strict):
+    """The last `length` calls of every block of `every` matched calls (every: 5 → calls 5, 10, 15 ...)."""
+
+    mode: Literal["every"]
+    every: int = Field(ge=1)
+    length: int = Field(default=1, ge=1)
+    probability: Probability = 1.0
+
+    @model_validator(mode="after")
+    def _length_fits(self) -> Every:
+        if self.length > self.every:
+            raise ValueError("length must not exceed every")
+        return self
+
+
+class First(_Strict):
+    """The first `calls` matched calls, then the tool recovers."""
+
+    mode: Literal["first"]
+    calls: int = Field(ge=1)
+    probability: Probability = 1.0
+
+
+class After(_Strict):
+    """Every matched call after the first `calls` ones."""
+
+    mode: Literal["after"]
+    calls: int = Field(ge=0)
+    probability: Probability = 1.0
+
+
+class Window(_Strict):
+    """Matched calls `start` to `end` inclusive (no `end`: for ever)."""
+
+    mode: Literal["window"]
+    start: int = Field(ge=1)
+    end: int | None = Field(default=None, ge=1)
+    probability: Probability = 1.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Window:
+        if self.end is not None and self.end < self.start:
+            raise ValueError("end must not be before start")
+        return self
+
+
+class CircuitBreaker(_Strict):
+    """Closed: the upstream fails with `probability`. After `failures` consecutive errors on matched calls (from
+    any cause) it opens: every matched call fails for `cooldown` calls; then one half-open trial call decides."""
+
+    mode: Literal["circuit_breaker"]
+    failures: int = Field(default=3, ge=1)
+    cooldown: int = Field(default=5, ge=1)
+    probability: Probability = 0.0
+
+
+class Degrade(_Strict):
+    """A ramp r(n) = min(max, start + step·(n-1)): the firing probability for most kinds; for latency faults the
+    delay multiplier (always fires while r > 0)."""
+
+    mode: Literal["degrade"]
+    start: float = Field(default=0.0, ge=0)
+    step: float = Field(gt=0)
+    max: float | None = Field(default=None, gt=0)
+
+    def ramp(self, n: int) -> float:
+        value = self.start + self.step * (n - 1)
+        return value if self.max is None else min(self.max, value)
+
+
+Schedule = Annotated[
+    Always | RandomSchedule | Every | First | After | Window | CircuitBreaker | Degrade,
+    Field(discriminator="mode"),
+]
+
+
+class Perturbation(_Strict):
+    name: str = Field(min_length=1)
+    match: Match = Field(default_factory=Match)
+    fault: Fault
+    schedule: Schedule = Field(default_factory=lambda: Always(mode="always"))
+
+    @model_validator(mode="after")
+    def _ramp_is_a_probability(self) -> Perturbation:
+        s = self.schedule
+        if isinstance(s, Degrade) and not isinstance(self.fault, LatencyFault):
+            if s.start > 1 or (s.max is not None and s.max > 1):
+                raise ValueError("for this fault kind the degrade ramp is a probability: start and max ≤ 1")
+        return self
+
+
+def check_names_unique(perturbations: Sequence[Perturbation]) -> list[tuple[int, str]]:
+    seen: set[str] = set()
+    problems = []
+    for i, p in enumerate(perturbations):
+        if p.name in seen:
+            problems.append((i, f"duplicate perturbation name {p.name!r}: names key the random draws"))
+        seen.add(p.name)
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the decision
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def uniform(seed: int, name: str, n: int, tool: str, arguments: dict[str, Any], salt: str = "fire") -> float:
+    """A uniform draw in [0, 1) fixed by its inputs (identical in every process and on every platform)."""
+    blob = json.dumps(
+        [seed, name, n, tool, arguments, salt], sort_keys=True, separators=(",", ":"), default=str
+    )
+    digest = hashlib.sha256(blob.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def breaker_state(outcomes: Sequence[bool], failures: int, cooldown: int) -> str:
+    """closed | open | half_open after these earlier matched outcomes (True = the call was an error)."""
+    state, consecutive, remaining = "closed", 0, 0
+    for failed in outcomes:
+        if state == "open":
+            remaining -= 1
+            if remaining == 0:
+                state = "half_open"
+        elif state == "half_open":
+            state, remaining = ("open", cooldown) if failed else ("closed", 0)
+            consecutive = 0
+        else:
+            consecutive = consecutive + 1 if failed else 0
+            if consecutive >= failures:
+                state, remaining, consecutive = "open", cooldown, 0
+    return state
+
+
+@dataclass(frozen=True)
+class Firing:
+    """A perturbation that fires on this call, and why."""
+
+    perturbation: Perturbation
+    n: int  # the perturbation's 1-based matched-call count
+    scale: float = 1.0  # degrade: latency multiplier
+    state: str | None = None  # circuit_breaker: the state the call met
+
+    @property
+    def name(self) -> str:
+        return self.perturbation.name
+
+
+def decide(
+    seed: int,
+    perturbation: Perturbation,
+    n: int,
+    tool: str,
+    arguments: dict[str, Any],
+    outcomes: Sequence[bool] = (),
+) -> Firing | None:
+    """Does `perturbation` fire on its n-th matched call? `outcomes`: earlier matched calls' error flags."""
+    s = perturbation.schedule
+
+    def draw() -> float:
+        return uniform(seed, perturbation.name, n, tool, arguments)
+
+    if isinstance(s, Always):
+        return Firing(perturbation, n)
+    if isinstance(s, RandomSchedule):
+        return Firing(perturbation, n) if draw() < s.probability else None
+    if isinstance(s, CircuitBreaker):
+        state = breaker_state(outcomes, s.failures, s.cooldown)
+        fires = state == "open" or draw() < s.probability
+        return Firing(perturbation, n, state=state) if fires else None
+    if isinstance(s, Degrade):
+        ramp = s.ramp(n)
+        if isinstance(perturbation.fault, LatencyFault):
+            return Firing(perturbation, n, scale=ramp) if ramp > 0 else None
+        return Firing(perturbation, n) if draw() < min(1.0, ramp) else None
+    if isinstance(s, Every):
+        in_phase = (n - 1) % s.every >= s.every - s.length
+    elif isinstance(s, First):
+        in_phase = n <= s.calls
+    elif isinstance(s, After):
+        in_phase = n > s.calls
+    else:
+        assert isinstance(s, Window)
+        in_phase = n >= s.start and (s.end is None or n <= s.end)
+    if not in_phase:
+        return None
+    return Firing(perturbation, n) if s.probability >= 1.0 or draw() < s.probability else None
+
+
+class Planner:
+    """Keeps each session's per-perturbation matched-call counts and decides which perturbations fire on a call.
+
+    Counts are claimed when a call starts (calls may overlap) and are seeded from a resumed session's records, so
+    a resumed world continues the same fault sequence.
+    """
+
+    def __init__(self, perturbations: Sequence[Perturbation], seed: int):
+        self.perturbations = list(perturbations)
+        self.seed = seed
+        self._counts: dict[str, dict[str, int]] = {}
+
+    def _counts_for(self, session_id: str, history: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, int]:
+        counts = self._counts.get(session_id)
+        if counts is None:
+            counts = self._counts[session_id] = {
+                p.name: sum(p.match.matches(t, a) for t, a in history) for p in self.perturbations
+            }
+        return counts
+
+    def plan(
+        self,
+        session_id: str,
+        history: Sequence[tuple[str, dict[str, Any], bool]],
+        tool: str,
+        arguments: dict[str, Any],
+        only: Sequence[Perturbation] | None = None,
+    ) -> list[Firing]:
+        """The perturbations (in spec order) that fire on this call. `history`: (tool, arguments, was_error) of
+        the session's completed calls, in call order; `only` restricts the decision to some perturbations."""
+        counts = self._counts_for(session_id, [(t, a) for t, a, _ in history])
+        fired = []
+        for p in only if only is not None else self.perturbations:
+            if not p.match.matches(tool, arguments):
+                continue
+            counts[p.name] += 1
+            outcomes = [failed for t, a, failed in history if p.match.matches(t, a)]
+            firing = decide(self.seed, p, counts[p.name], tool, arguments, outcomes)
+            if firing is not None:
+                fired.append(firing)
+        return fired
