@@ -9,6 +9,7 @@ says, because importing must not change the real system.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from aw_mcp.importers.world_file import (
     tool_name,
     unique_name,
 )
+from aw_mcp.world import TOOL_NAME
 
 ANNOTATION_KEYS = ("title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 MAX_PAGES = 1000  # a server that keeps handing out cursors is broken; stop rather than loop forever
@@ -192,6 +194,12 @@ def _example_result(value: Any, structured: bool) -> Any:
 
 def world_from_catalog(catalog: Catalog, log: ImportLog) -> dict[str, Any]:
     taken: set[str] = set()
+    # Tools whose real names are valid keep them; a renamed tool must not take a name a later tool really has.
+    real_names = {
+        w["name"]
+        for w in catalog.tools
+        if isinstance(w, dict) and isinstance(w.get("name"), str) and TOOL_NAME.match(w["name"])
+    }
     tools = []
     for i, wire in enumerate(catalog.tools):
         pointer = json_pointer("tools", i)
@@ -199,7 +207,11 @@ def world_from_catalog(catalog: Catalog, log: ImportLog) -> dict[str, Any]:
             log.warn(pointer, "a tool needs a string `name`; skipped")
             continue
         raw_name = wire["name"]
-        name = unique_name(tool_name(raw_name), taken)
+        if raw_name in real_names and raw_name not in taken:
+            name = unique_name(raw_name, taken)
+        else:
+            name = unique_name(tool_name(raw_name), taken | real_names)
+            taken.add(name)
         if name != raw_name:
             log.warn(pointer, f"tool name {raw_name!r} is not a valid unique tool name; imported as {name!r}")
         output, wrapper = _output_schema(wire.get("outputSchema"), log, pointer)
@@ -230,7 +242,7 @@ def world_from_catalog(catalog: Catalog, log: ImportLog) -> dict[str, Any]:
     if catalog.instructions:
         description += "\n\n" + catalog.instructions.strip()
     return {
-        "name": tool_name(label.lower().replace(" ", "-"), "mcp-server"),
+        "name": re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "mcp-server",
         "description": description,
         "domain": "mcp",
         "tools": tools,
