@@ -116,7 +116,7 @@ class Shell:
         return 0
 
     def do_help(self, command: Command) -> None:
-        self.say(HELP)
+        self.say(json.dumps({"help": HELP}) if self.as_json else HELP)
 
     def do_tools(self, command: Command) -> None:
         tools = self.simulator.world.tools
