@@ -1,0 +1,245 @@
+"""A trajectory's report: a short text summary and a self-contained HTML page (inline SVG, no external assets)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aw_mcp.session import read_trajectory
+
+_OK, _ERROR, _FAULT = "#3b7dd8", "#d83b3b", "#e0a030"
+
+
+@dataclass
+class Summary:
+    path: str
+    calls: list[dict[str, Any]]
+    sessions: list[str]
+    per_tool: Counter[str] = field(default_factory=Counter)
+    errors_per_tool: Counter[str] = field(default_factory=Counter)
+    faults: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # each fault entry plus its call's index and tool
+
+    @property
+    def latencies(self) -> list[float]:
+        return [float(c.get("latency_ms") or 0.0) for c in self.calls]
+
+    @property
+    def errors(self) -> int:
+        return sum(self.errors_per_tool.values())
+
+    def fired_by_name(self) -> dict[str, tuple[str, int, int]]:
+        """name → (kind, applied count, not-applied count), in first-fired order."""
+        out: dict[str, list[Any]] = {}
+        for f in self.faults:
+            row = out.setdefault(f["name"], [f.get("kind", "?"), 0, 0])
+            row[1 if f.get("applied", True) else 2] += 1
+        return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def summarize(path: str | Path) -> Summary:
+    calls = list(read_trajectory(path))
+    summary = Summary(str(path), calls, sorted({str(c.get("session")) for c in calls}))
+    for call in calls:
+        tool = str(call.get("tool"))
+        summary.per_tool[tool] += 1
+        if call.get("is_error") or call.get("error"):
+            summary.errors_per_tool[tool] += 1
+        for fault in call.get("faults") or []:
+            summary.faults.append({**fault, "index": call.get("index"), "tool": tool})
+    return summary
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def text_summary(summary: Summary) -> str:
+    n = len(summary.calls)
+    lat = summary.latencies
+    lines = [
+        f"{summary.path}: {n} call(s) in {len(summary.sessions)} session(s), {len(summary.per_tool)} tool(s), "
+        f"{summary.errors} error(s)" + (f" ({summary.errors / n:.0%})" if n else ""),
+    ]
+    if n:
+        lines.append(
+            f"latency ms: p50 {percentile(lat, 0.5):.0f}, p95 {percentile(lat, 0.95):.0f}, max {max(lat):.0f}"
+        )
+        lines.append("calls per tool: " + ", ".join(f"{t} {c}" for t, c in summary.per_tool.most_common()))
+    fired = summary.fired_by_name()
+    applied = sum(a for _, a, _ in fired.values())
+    lines.append(f"faults fired: {applied}" + (" (none)" if not fired else ""))
+    for name, (kind, count, skipped) in fired.items():
+        extra = f", {skipped} without effect" if skipped else ""
+        lines.append(f"  {name} [{kind}]: {count}{extra}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SVG pictures
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _svg(width: int, height: int, body: list[str], label: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(label)}">'
+        + "".join(body)
+        + "</svg>"
+    )
+
+
+def histogram_svg(latencies: list[float], bins: int = 20, width: int = 640, height: int = 220) -> str:
+    """Calls per latency bin (linear bins from 0 to the slowest call)."""
+    left, bottom, top = 40, 30, 10
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    body = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
+    if not latencies:
+        body.append(f'<text x="{left}" y="{height // 2}" font-size="12">no calls</text>')
+        return _svg(width, height, body, "latency histogram (empty)")
+    high = max(max(latencies), 1.0)
+    counts = [0] * bins
+    for value in latencies:
+        counts[min(bins - 1, int(value / high * bins))] += 1
+    peak = max(counts)
+    bar_w = plot_w / bins
+    for i, count in enumerate(counts):
+        h = plot_h * count / peak
+        x, y = left + i * bar_w, top + plot_h - h
+        title = f"{high * i / bins:.0f}–{high * (i + 1) / bins:.0f} ms: {count} call(s)"
+        body.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 1:.1f}" height="{h:.1f}" fill="{_OK}">'
+            f"<title>{html.escape(title)}</title></rect>"
+        )
+    axis_y = top + plot_h
+    body.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="#333"/>')
+    body.append(f'<text x="{left}" y="{axis_y + 16}" font-size="11">0 ms</text>')
+    body.append(
+        f'<text x="{left + plot_w}" y="{axis_y + 16}" font-size="11" text-anchor="end">{high:.0f} ms</text>'
+    )
+    body.append(f'<text x="4" y="{top + 10}" font-size="11">{peak}</text>')
+    return _svg(width, height, body, "latency histogram")
+
+
+def timeline_svg(calls: list[dict[str, Any]], width: int = 900) -> str:
+    """One row per tool, one mark per call in call order: blue ok, red error, amber when a fault fired."""
+    tools = list(dict.fromkeys(str(c.get("tool")) for c in calls))
+    row_h, left, top = 22, 170, 10
+    height = top + row_h * max(1, len(tools)) + 30
+    plot_w = width - left - 10
+    body = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
+    for r, tool in enumerate(tools):
+        y = top + r * row_h + row_h / 2
+        body.append(
+            f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{html.escape(tool)}</text>'
+        )
+        body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#eee"/>')
+    step = plot_w / max(1, len(calls))
+    for i, call in enumerate(calls):
+        fired = [f for f in call.get("faults") or [] if f.get("applied", True)]
+        failed = bool(call.get("is_error") or call.get("error"))
+        colour = _FAULT if fired else (_ERROR if failed else _OK)
+        x = left + (i + 0.5) * step
+        y = top + tools.index(str(call.get("tool"))) * row_h + row_h / 2
+        title = f"call {call.get('index')}: {call.get('tool')} {float(call.get('latency_ms') or 0):.0f} ms"
+        if fired:
+            title += " — " + ", ".join(f"{f.get('name')} ({f.get('kind')})" for f in fired)
+        if failed:
+            title += " — error"
+        body.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{min(6.0, max(2.0, step / 2.5)):.1f}" fill="{colour}">'
+            f"<title>{html.escape(title)}</title></circle>"
+        )
+    axis_y = top + row_h * max(1, len(tools)) + 14
+    body.append(f'<text x="{left}" y="{axis_y}" font-size="11">first call</text>')
+    body.append(f'<text x="{left + plot_w}" y="{axis_y}" font-size="11" text-anchor="end">last call</text>')
+    return _svg(width, height, body, "timeline of calls")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HTML
+# ---------------------------------------------------------------------------------------------------------------
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1000px}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f4f4f4}code,pre{font-size:12px}pre{white-space:pre-wrap;background:#f8f8f8;padding:6px}
+.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px;border-radius:5px}
+"""
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def html_report(summary: Summary) -> str:
+    esc = html.escape
+    tool_rows = [
+        [esc(tool), str(count), str(summary.errors_per_tool.get(tool, 0))]
+        for tool, count in summary.per_tool.most_common()
+    ]
+    fired_rows = [
+        [esc(name), esc(kind), str(applied), str(skipped)]
+        for name, (kind, applied, skipped) in summary.fired_by_name().items()
+    ]
+    fault_rows = []
+    for f in summary.faults:
+        details = {k: v for k, v in f.items() if k not in ("name", "kind", "index", "tool", "ground_truth")}
+        truth = f.get("ground_truth")
+        fault_rows.append(
+            [
+                str(f.get("index")),
+                esc(str(f.get("tool"))),
+                esc(str(f.get("name"))),
+                esc(str(f.get("kind"))),
+                f"<code>{esc(str(details))}</code>",
+                f"<pre>{esc(str(truth)[:2000])}</pre>" if truth is not None else "",
+            ]
+        )
+    legend = (
+        f'<p class="legend"><span style="background:{_OK}"></span>ok'
+        f'<span style="background:{_ERROR}"></span>error<span style="background:{_FAULT}"></span>fault fired</p>'
+    )
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>aw-mcp report: {esc(summary.path)}</title><style>{_STYLE}</style></head><body>",
+            f"<h1>Trajectory report</h1><p><code>{esc(summary.path)}</code></p>",
+            f"<pre>{esc(text_summary(summary))}</pre>",
+            "<h2>Calls per tool</h2>",
+            _table(["tool", "calls", "errors"], tool_rows),
+            "<h2>Faults fired</h2>",
+            _table(["perturbation", "kind", "applied", "without effect"], fired_rows)
+            if fired_rows
+            else "<p>No perturbation fired.</p>",
+            "<h2>Latency</h2>",
+            histogram_svg(summary.latencies),
+            "<h2>Timeline</h2>",
+            legend,
+            timeline_svg(summary.calls),
+            "<h2>Every fault</h2>",
+            _table(["call", "tool", "perturbation", "kind", "details", "ground truth"], fault_rows)
+            if fault_rows
+            else "<p>None.</p>",
+            "</body></html>",
+        ]
+    )
+
+
+def write_report(trajectory: str | Path, output: str | Path) -> Summary:
+    summary = summarize(trajectory)
+    Path(output).write_text(html_report(summary), encoding="utf-8")
+    return summary
