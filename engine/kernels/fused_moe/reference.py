@@ -5,10 +5,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# Below this many (token, expert) pairs a gather + batched matmul beats a Python loop over the hit experts: the
-# loop's per-iteration overhead dominates when each expert sees one or two tokens.
-_GATHER_MAX_PAIRS = 16
-
 
 def fused_moe(
     x: torch.Tensor,
@@ -17,30 +13,46 @@ def fused_moe(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
 ) -> torch.Tensor:
-    """x [T, H]; w_gate_up [E, 2I, H] (rows 0:I gate, I:2I up); w_down [E, H, I]; topk_* [T, K] -> [T, H]."""
-    num_tokens, top_k = topk_ids.shape
+    """x [T, H]; w_gate_up [E, 2I, H] (rows 0:I gate, I:2I up); w_down [E, H, I]; topk_* [T, K] -> [T, H].
+
+    When most experts are hit (decode batches), one padded batched matmul over all experts reads each expert once
+    with a handful of ops; otherwise a loop over just the hit experts reads no more weights than needed."""
     inter = w_down.shape[-1]
-    if num_tokens * top_k <= _GATHER_MAX_PAIRS:
-        return _moe_gathered(x, w_gate_up, w_down, topk_weights, topk_ids, inter)
+    num_experts = w_gate_up.shape[0]
+    counts = torch.bincount(topk_ids.reshape(-1), minlength=num_experts)
+    hit = int((counts > 0).sum())
+    max_count = int(counts.max())
+    if 2 * hit > num_experts and max_count * num_experts <= 4 * topk_ids.numel():
+        return _moe_padded_all_experts(x, w_gate_up, w_down, topk_weights, topk_ids, counts, max_count, inter)
     return _moe_loop_hit_experts(x, w_gate_up, w_down, topk_weights, topk_ids, inter)
 
 
-def _moe_gathered(
+def _moe_padded_all_experts(
     x: torch.Tensor,
     w_gate_up: torch.Tensor,
     w_down: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
+    counts: torch.Tensor,
+    max_count: int,
     inter: int,
 ) -> torch.Tensor:
     num_tokens, top_k = topk_ids.shape
+    num_experts, hidden = w_gate_up.shape[0], x.shape[-1]
     flat_ids = topk_ids.reshape(-1)
-    xs = x.repeat_interleave(top_k, dim=0).unsqueeze(-1)  # [T*K, H, 1]
-    gate_up = torch.bmm(w_gate_up[flat_ids], xs).squeeze(-1)  # [T*K, 2I]
-    act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-    out = torch.bmm(w_down[flat_ids], act.unsqueeze(-1)).squeeze(-1)  # [T*K, H]
-    out = out.view(num_tokens, top_k, -1) * topk_weights.to(out.dtype).unsqueeze(-1)
-    return out.sum(1).to(x.dtype)
+    order = torch.argsort(flat_ids, stable=True)
+    sorted_experts = flat_ids[order]
+    offsets = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(flat_ids.numel(), device=x.device) - offsets[sorted_experts]  # slot within its expert
+    x_pad = x.new_zeros(num_experts, max_count, hidden)
+    x_pad[sorted_experts, rank] = x[order // top_k]
+    gate_up = torch.bmm(x_pad, w_gate_up.transpose(1, 2))  # [E, C, 2I]
+    act = F.silu(gate_up[..., :inter]) * gate_up[..., inter:]
+    y = torch.bmm(act, w_down.transpose(1, 2))  # [E, C, H]
+    pair_out = torch.empty(flat_ids.numel(), hidden, dtype=y.dtype, device=x.device)
+    pair_out[order] = y[sorted_experts, rank]
+    pair_out = pair_out.view(num_tokens, top_k, hidden) * topk_weights.to(y.dtype).unsqueeze(-1)
+    return pair_out.sum(1).to(x.dtype)
 
 
 def _moe_loop_hit_experts(
@@ -55,17 +67,19 @@ def _moe_loop_hit_experts(
     flat_ids = topk_ids.reshape(-1)
     order = torch.argsort(flat_ids, stable=True)
     counts = torch.bincount(flat_ids, minlength=w_gate_up.shape[0]).tolist()
-    token_of_pair = order // top_k
-    weight_of_pair = topk_weights.reshape(-1)[order].to(x.dtype)
-    out = torch.zeros_like(x)
+    x_sorted = x[order // top_k]
+    # Expert outputs land in their (token, slot) pair's row; one weighted sum over slots at the end replaces a
+    # scatter-add per expert.
+    pair_out = torch.empty(flat_ids.numel(), x.shape[-1], dtype=x.dtype, device=x.device)
+    sorted_out = torch.empty_like(x_sorted)
     start = 0
     for expert, count in enumerate(counts):
         if count == 0:
             continue
-        tokens = token_of_pair[start : start + count]
-        gate_up = F.linear(x[tokens], w_gate_up[expert])
+        gate_up = F.linear(x_sorted[start : start + count], w_gate_up[expert])
         act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-        y = F.linear(act, w_down[expert]) * weight_of_pair[start : start + count, None]
-        out.index_add_(0, tokens, y)
+        sorted_out[start : start + count] = F.linear(act, w_down[expert])
         start += count
-    return out
+    pair_out[order] = sorted_out
+    pair_out = pair_out.view(num_tokens, top_k, -1) * topk_weights.to(x.dtype).unsqueeze(-1)
+    return pair_out.sum(1)
