@@ -11,9 +11,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import mcp.types as types
 import pytest
 
 from aw_mcp.cli import main
+from aw_mcp.importers.mcp_catalog import list_all_tools
 from aw_mcp.world import load_world, load_world_text, validate_paths
 from tests.conftest import REPO, SMALL_WORLD
 from tests.fake_openai import Reply, ScriptedOpenAIServer
@@ -175,3 +177,26 @@ def test_tools_list_with_nothing_importable_fails_cleanly(
     saved.write_text("{not json")
     assert main(["import", "tools-list", str(saved)]) == 1
     assert "is not JSON" in capsys.readouterr().err
+
+
+class PagedClient:
+    """Just enough of `mcp.Client` to serve tools/list in pages of one."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.cursors: list[str | None] = []
+
+    async def list_tools(self, cursor: str | None = None) -> types.ListToolsResult:
+        self.cursors.append(cursor)
+        index = int(cursor or 0)
+        tool = types.Tool(name=self.names[index], input_schema={"type": "object"})
+        more = index + 1 < len(self.names)
+        return types.ListToolsResult(tools=[tool], next_cursor=str(index + 1) if more else None)
+
+
+@pytest.mark.anyio
+async def test_tools_list_is_paged_to_the_end() -> None:
+    client = PagedClient(["a", "b", "c"])
+    tools = await list_all_tools(client)
+    assert [t["name"] for t in tools] == ["a", "b", "c"] and client.cursors == [None, "1", "2"]
+    assert tools[0]["inputSchema"] == {"type": "object"}  # wire (camelCase) names, as a world file uses

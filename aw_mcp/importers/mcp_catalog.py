@@ -91,7 +91,7 @@ async def fetch_catalog(
     source = target if isinstance(target, str) else " ".join(target)
     try:
         async with Client(server, read_timeout_seconds=timeout_s) as client:
-            tools = await _list_all_tools(client)
+            tools = await list_all_tools(client)
             info = client.server_info
             catalog = Catalog(
                 source=source,
@@ -113,7 +113,7 @@ async def fetch_catalog(
     return catalog
 
 
-async def _list_all_tools(client: Any) -> list[dict[str, Any]]:
+async def list_all_tools(client: Any) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
     cursor: str | None = None
     for _ in range(MAX_PAGES):
