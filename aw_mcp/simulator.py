@@ -257,6 +257,9 @@ class Simulator:
             await faults.wait_with_progress(sum(ms for _, ms in delays), every, report)
         aborts = fired(HangFault, ProtocolErrorFault, ErrorFault)
         if aborts:
+            for other in aborts[1:]:  # fired too, but one answer per call: the first in spec order wins
+                reason = f"{aborts[0].name} already answered this call"
+                record.faults.append(fault_entry(other, applied=False, reason=reason))
             return await self._abort(aborts[0], tool, arguments, record)
 
         notes = ledger_notes(session.records, self._tool_or_original)
