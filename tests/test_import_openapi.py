@@ -517,3 +517,20 @@ async def test_readme_example_imports_and_serves_over_stdio(tmp_path: Path) -> N
         async with Client(params, mode="legacy") as client:
             result = await client.call_tool("list_tasks", {"project": "website", "status": "open"})
     assert result.structured_content == {"items": [{"id": "tsk_0042", "title": "Ship it", "status": "open"}]}
+
+
+def test_schema_converter_stops_inlining_an_exploding_schema() -> None:
+    # Each level references the next twice: 2**12 expansions if fully inlined.
+    schemas = {
+        f"L{i}": {
+            "type": "object",
+            "properties": {"a": {"$ref": f"#/S/L{i + 1}"}, "b": {"$ref": f"#/S/L{i + 1}"}},
+        }
+        for i in range(12)
+    }
+    schemas["L12"] = {"type": "string"}
+    log = ImportLog()
+    document = OpenAPIDocument({"openapi": "3.1.0", "S": schemas}, log)
+    converted = document.schema({"$ref": "#/S/L0"}, "#/x", "response")
+    assert len(json.dumps(converted)) < 200_000
+    assert any("schema too large to inline" in w for w in log.warnings)

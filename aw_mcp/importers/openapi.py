@@ -307,7 +307,11 @@ class OpenAPIImporter:
         values = self._example_map(param.get("examples"), child_pointer(at, "examples"))
         if values:
             return next(iter(values.values()))
-        schema, _ = self.document.deref(param.get("schema"), at)
+        schema = param.get("schema")
+        if isinstance(schema, dict) and str(schema.get("$ref", "")).startswith("#"):
+            schema, _ = self.document.deref(
+                schema, at
+            )  # external refs were already reported by the converter
         if isinstance(schema, dict) and "example" in schema:
             return schema["example"]
         return _MISSING

@@ -37,6 +37,9 @@ _SCHEMA_ONE = {
 }
 _JSON_TYPES = {"string", "number", "integer", "boolean", "array", "object", "null"}
 _MAX_REF_HOPS = 32
+# Inlining shared components repeats them at every use; on large real-world specs (hundreds of schemas that reference
+# each other) one tool's schema could grow without bound. Past this many expansions the rest are stubbed.
+MAX_REF_EXPANSIONS = 500
 
 
 class OpenAPIDocument:
@@ -87,6 +90,7 @@ class SchemaConverter:
         self.document = document
         self.log = document.log
         self.direction = direction
+        self.expansions_left = MAX_REF_EXPANSIONS
 
     def convert(self, node: Any, pointer: str, expanding: tuple[str, ...] = ()) -> Any:
         if isinstance(node, bool):
@@ -149,6 +153,10 @@ class SchemaConverter:
             return {}
         if ref in expanding:
             return self._cycle_stub(ref, target, pointer)
+        if self.expansions_left <= 0:
+            self.log.warn(pointer, f"schema too large to inline: {ref} left unconstrained here")
+            return {"description": f"A {ref.rsplit('/', 1)[-1]} (not expanded: the schema is too large)."}
+        self.expansions_left -= 1
         resolved = self.convert(target, ref, (*expanding, ref))
         siblings = {k: v for k, v in node.items() if k != "$ref" and not k.startswith("x-")}
         if not siblings or not isinstance(resolved, dict):
