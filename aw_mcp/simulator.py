@@ -163,6 +163,18 @@ class Simulator:
         self.planner = Planner(self.perturbations, world.seed)
         self.catalog = faults.Catalog(world.tools)
         self.slots = {**faults.BUILTIN_INJECTIONS, **world.injections}
+        self._replay_catalog_changes()
+
+    def _replay_catalog_changes(self) -> None:
+        """A resumed world keeps the catalog changes its recorded calls made."""
+        by_name = {p.name: p for p in self.perturbations}
+        records = sorted((r for s in self.registry.sessions() for r in s.records), key=lambda r: r.time)
+        for record in records:
+            for fault in record.faults:
+                p = by_name.get(fault.get("name", ""))
+                if p is not None and isinstance(p.fault, CatalogFault) and fault.get("applied", True):
+                    if p.name not in self.catalog.applied:
+                        self.catalog.apply(p.name, p.fault)
 
     def tool(self, name: str) -> ToolSpec:
         tool = self.catalog.get(name)

@@ -581,3 +581,28 @@ async def test_circuit_breaker_opens_on_upstream_errors_and_half_opens_after_the
     assert len(model.calls) == 3  # calls 1, 2 and the half-open trial (call 5)
     states = [[f["breaker"] for f in r.faults] for r in simulator.registry.get().records]
     assert states == [[], [], ["open"], ["open"], []]
+
+
+async def test_a_resumed_world_keeps_its_catalog_change_and_fault_counts(tmp_path: Path) -> None:
+    trajectory = tmp_path / "run.jsonl"
+    spec = """
+  - name: drop
+    fault: {kind: catalog, remove: [cancel_order]}
+    schedule: {mode: window, start: 2, end: 2}
+  - name: third
+    match: {tool: get_report}
+    fault: {kind: error, status: 500}
+    schedule: {mode: window, start: 3, end: 3}
+"""
+    server, _, _ = make(spec, record=trajectory)
+    async with Client(server) as client:
+        await client.call_tool("get_report", {})
+        await client.call_tool("get_report", {})
+    world = load_world_text(WORLD + "perturbations:\n" + spec)
+    registry = SessionRegistry(world)
+    assert registry.resume(trajectory) == 2
+    resumed = Simulator(world, ScriptedWorldModel(answer), registry)
+    assert [t.name for t in resumed.catalog.tools] == ["get_order", "list_orders", "get_report"]
+    async with Client(build_server(WorldApp(resumed, WORLD))) as client:
+        third = await client.call_tool("get_report", {})
+    assert third.is_error and third.content[0].text.startswith("Error: 500")
