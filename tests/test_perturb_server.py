@@ -606,3 +606,44 @@ async def test_a_resumed_world_keeps_its_catalog_change_and_fault_counts(tmp_pat
     async with Client(build_server(WorldApp(resumed, WORLD))) as client:
         third = await client.call_tool("get_report", {})
     assert third.is_error and third.content[0].text.startswith("Error: 500")
+
+
+async def test_bundled_fault_world_runs_without_simulator_errors() -> None:
+    from aw_mcp.world import load_world
+    from tests.conftest import REPO
+
+    world = load_world(REPO / "worlds" / "faults_payments.yaml")
+    world = world.model_copy(update={"presets": []})  # keep the test fast: no latency on every call
+
+    def payments(messages: list[dict[str, str]], call: Any) -> str:
+        args = call.arguments
+        if call.tool == "get_invoice":
+            invoice = {
+                "id": args["invoice_id"],
+                "amount": 4599,
+                "currency": "EUR",
+                "status": "open",
+                "notes": "x",
+            }
+            return observation(json.dumps(invoice))
+        if call.tool == "list_payments":
+            return observation('{"payments": [{"id": "pay_1", "amount": 4599, "status": "captured"}]}')
+        return observation(f"{call.tool} done.")
+
+    simulator = Simulator(world, ScriptedWorldModel(payments), SessionRegistry(world))
+    calls = [
+        ("get_invoice", {"invoice_id": "inv_300412", "region": "eu"}),
+        ("list_payments", {"invoice_id": "inv_300412"}),
+        ("create_payment", {"invoice_id": "inv_300412", "amount": 100}),
+        ("issue_refund", {"payment_id": "pay_7Hq2Lm9XkP"}),
+    ]
+    async with Client(build_server(WorldApp(simulator, ""))) as client:
+        for i in range(24):
+            tool, args = calls[i % 4]
+            await client.call_tool(tool, args)
+        tools = [t.name for t in (await client.list_tools(cache_mode="refresh")).tools]
+    records = simulator.registry.get().records
+    assert not any((r.observation or "").startswith("Internal simulator error") for r in records)
+    kinds = {f["kind"] for r in records for f in r.faults if f["applied"]}
+    assert {"error", "counterfactual", "inject", "catalog"} <= kinds
+    assert "get_payouts" in tools and "get_payout_schedule" not in tools
