@@ -52,8 +52,11 @@ def _established(record: CallRecord) -> str:
     return f"returned {line[:160]!r}"
 
 
-def ledger_notes(records: Sequence[CallRecord], tool_of: Callable[[str], ToolSpec | None]) -> list[str]:
-    """Notes for the next action turn, oldest first, at most MAX_ENTRIES."""
+def ledger_notes(
+    records: Sequence[CallRecord], tool_of: Callable[[str], ToolSpec | None], include_writes: bool = True
+) -> list[str]:
+    """Notes for the next action turn, oldest first, at most MAX_ENTRIES. `include_writes=False` keeps only the
+    fault-made changes (screen domains: the current screen already carries what earlier actions did)."""
     entries: list[str] = []
     for record in sorted(records, key=lambda r: r.index):
         number = record.index + 1
@@ -67,7 +70,9 @@ def ledger_notes(records: Sequence[CallRecord], tool_of: Callable[[str], ToolSpe
                     f"Call #{number} ({record.tool}) deliberately showed wrong content ({fault['instruction']}); "
                     "the true state did not change."
                 )
-        if record.error is not None or record.is_error or record.observation is None or not record.in_history:
+        if not include_writes or record.error is not None or record.is_error or record.observation is None:
+            continue
+        if not record.in_history:
             continue
         tool = tool_of(record.tool)
         read_only = (

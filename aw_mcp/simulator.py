@@ -274,7 +274,9 @@ class Simulator:
                 record.faults.append(fault_entry(other, applied=False, reason=reason))
             return await self._abort(aborts[0], tool, arguments, record)
 
-        notes = ledger_notes(session.records, self._tool_or_original)
+        notes = ledger_notes(
+            session.records, self._tool_or_original, include_writes=self.world.domain == "mcp"
+        )
         if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
             notes.append(f"This tool was added to the API during the session; its definition: {tool.wire()}")
         stale = fired(StaleFault)

@@ -368,3 +368,44 @@ def test_bundled_fault_world_is_valid_and_uses_many_kinds_and_modes() -> None:
     from aw_mcp.cli import main
 
     assert main(["validate", str(REPO / "worlds" / "faults_payments.yaml")]) == 0
+
+
+def test_ledger_lists_writes_and_fault_made_changes() -> None:
+    from aw_mcp.ledger import ledger_notes
+    from aw_mcp.session import CallRecord
+
+    world = load_world_text(_WORLD.format(perturbations="[]"))
+
+    def record(index: int, tool: str, observation: str, **extra: object) -> CallRecord:
+        return CallRecord("checks", "s", index, tool, {"order_id": "ORD-1"}, observation=observation, **extra)
+
+    records = [
+        record(0, "get_order", '{"id": "ORD-1", "status": "shipped"}'),  # read-only: nothing established
+        record(1, "cancel_order", '{"order": {"id": "ORD-1", "status": "cancelled", "refund_id": "rf_9"}}'),
+        record(2, "cancel_order", "Error: 409 Conflict", is_error=True),
+        record(
+            3,
+            "get_order",
+            '{"id": "ORD-1", "status": "delivered"}',
+            faults=[
+                {"name": "w", "kind": "wrong_content", "instruction": "shows delivered", "applied": True}
+            ],
+        ),
+        record(
+            4,
+            "cancel_order",
+            "Cancelled with a fee.",
+            faults=[{"name": "c", "kind": "counterfactual", "instruction": "fees apply", "applied": True}],
+        ),
+    ]
+    notes = ledger_notes(records, world.tool)
+    assert notes == [
+        "Ledger of what earlier calls established (stay consistent with it):",
+        'Call #2 cancel_order {"order_id": "ORD-1"} established: id="ORD-1", status="cancelled", refund_id="rf_9"',
+        "Call #4 (get_order) deliberately showed wrong content (shows delivered); the true state did not change.",
+        "Since call #5 this holds in the world: fees apply",
+        'Call #5 cancel_order {"order_id": "ORD-1"} established: returned \'Cancelled with a fee.\'',
+    ]
+    only_faults = ledger_notes(records, world.tool, include_writes=False)
+    assert len(only_faults) == 3 and all("established:" not in n for n in only_faults)
+    assert ledger_notes(records[:1], world.tool) == []
