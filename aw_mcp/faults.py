@@ -151,7 +151,7 @@ def error_body(fault: ErrorFault, tool: ToolSpec, arguments: dict[str, Any]) -> 
     else:
         assert fault.status is not None
         status = fault.status
-        default_code = _phrase(status).upper().replace(" ", "_").replace("-", "_")
+        default_code = re.sub(r"[^A-Z0-9]+", "_", _phrase(status).upper()).strip("_")
         code, default_message = _HTTP_BODIES.get(status, (default_code, f"The request failed ({status})."))
         text_message = fill_template(fault.message or default_message, values)
         if status == 429 and retry is None:
