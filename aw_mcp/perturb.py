@@ -17,23 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from aw_mcp.spec_model import StrictSpecModel
 
 # JSON-RPC codes the MCP specification reserves for its own errors; a fault may only send them when asked to.
 MCP_RESERVED_CODES = range(-32099, -32020 + 1)
-
-
-class _Strict(BaseModel):
-    """Same rule as the rest of the spec: unknown keys are errors, `x-` keys are free-form extensions."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_extensions(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
-        return data
 
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -43,7 +32,7 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class Match(_Strict):
+class Match(StrictSpecModel):
     """Which calls a perturbation considers: a glob on the tool name and an optional subset of the arguments.
 
     An argument value that is a string is a glob too (`region: "eu-*"`); other values must be equal.
@@ -72,7 +61,7 @@ class Match(_Strict):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class LatencyFault(_Strict):
+class LatencyFault(StrictSpecModel):
     """Wait before answering. Exactly one distribution: fixed, uniform, normal, or lognormal; plus jitter."""
 
     kind: Literal["latency"]
@@ -131,7 +120,7 @@ class LatencyFault(_Strict):
         return max(0.0, base + self.jitter_ms * (2.0 * u3 - 1.0))
 
 
-class ErrorFault(_Strict):
+class ErrorFault(StrictSpecModel):
     """An isError result in a realistic shape. Exactly one of: status, timeout_s, quota, declared."""
 
     kind: Literal["error"]
@@ -165,14 +154,14 @@ class ErrorFault(_Strict):
         return self
 
 
-class HangFault(_Strict):
+class HangFault(StrictSpecModel):
     """Never answer until the client cancels; with `seconds`, give up after that long with a timeout error."""
 
     kind: Literal["hang"]
     seconds: float | None = Field(default=None, gt=0)
 
 
-class ProtocolErrorFault(_Strict):
+class ProtocolErrorFault(StrictSpecModel):
     """A JSON-RPC error instead of a result."""
 
     kind: Literal["protocol_error"]
@@ -190,33 +179,33 @@ class ProtocolErrorFault(_Strict):
         return self
 
 
-class TruncateFault(_Strict):
+class TruncateFault(StrictSpecModel):
     """Cut the answer: text keeps its first `keep` fraction; structured results keep that fraction of each list."""
 
     kind: Literal["truncate"]
     keep: float = Field(default=0.5, gt=0.0, lt=1.0)
 
 
-class EmptyFault(_Strict):
+class EmptyFault(StrictSpecModel):
     """An empty answer: empty text, or every list in a structured result emptied (when the schema allows it)."""
 
     kind: Literal["empty"]
 
 
-class OversizedFault(_Strict):
+class OversizedFault(StrictSpecModel):
     """A huge answer of at least `size_chars` characters (lists repeated for structured results)."""
 
     kind: Literal["oversized"]
     size_chars: int = Field(default=200_000, ge=1_000, le=50_000_000)
 
 
-class MalformedFault(_Strict):
+class MalformedFault(StrictSpecModel):
     """Invalid JSON (the answer cut before it closes). Opt-in only: no preset uses it."""
 
     kind: Literal["malformed"]
 
 
-class StaleFault(_Strict):
+class StaleFault(StrictSpecModel):
     """Answer with an earlier observation of the same tool and arguments, even after a write."""
 
     kind: Literal["stale"]
@@ -224,7 +213,7 @@ class StaleFault(_Strict):
     ground_truth: bool = False  # also ask the world model for the current answer, recorded with the fault
 
 
-class WrongContentFault(_Strict):
+class WrongContentFault(StrictSpecModel):
     """This call's observation is plausible but wrong; the world's true state does not change."""
 
     kind: Literal["wrong_content"]
@@ -232,7 +221,7 @@ class WrongContentFault(_Strict):
     ground_truth: bool = False  # also ask the world model for the unperturbed observation
 
 
-class CounterfactualFault(_Strict):
+class CounterfactualFault(StrictSpecModel):
     """From this call on, the world holds something that is not so; the ledger keeps later calls consistent."""
 
     kind: Literal["counterfactual"]
@@ -240,7 +229,7 @@ class CounterfactualFault(_Strict):
     ground_truth: bool = False
 
 
-class InjectFault(_Strict):
+class InjectFault(StrictSpecModel):
     """Text slotted into the observation (prompt-injection tests), from a named slot with a default text."""
 
     kind: Literal["inject"]
@@ -250,7 +239,7 @@ class InjectFault(_Strict):
     field: str | None = None  # structured results: dotted path of the string field to carry it
 
 
-class CatalogFault(_Strict):
+class CatalogFault(StrictSpecModel):
     """Change the tool catalog for the whole world when it fires (once), with a tools/list_changed notification."""
 
     kind: Literal["catalog"]
@@ -287,16 +276,16 @@ Fault = Annotated[
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class Always(_Strict):
+class Always(StrictSpecModel):
     mode: Literal["always"]
 
 
-class RandomSchedule(_Strict):
+class RandomSchedule(StrictSpecModel):
     mode: Literal["random"]
     probability: Probability
 
 
-class Every(_Strict):
+class Every(StrictSpecModel):
     """The last `length` calls of every block of `every` matched calls (every: 5 → calls 5, 10, 15 ...)."""
 
     mode: Literal["every"]
@@ -311,7 +300,7 @@ class Every(_Strict):
         return self
 
 
-class First(_Strict):
+class First(StrictSpecModel):
     """The first `calls` matched calls, then the tool recovers."""
 
     mode: Literal["first"]
@@ -319,7 +308,7 @@ class First(_Strict):
     probability: Probability = 1.0
 
 
-class After(_Strict):
+class After(StrictSpecModel):
     """Every matched call after the first `calls` ones."""
 
     mode: Literal["after"]
@@ -327,7 +316,7 @@ class After(_Strict):
     probability: Probability = 1.0
 
 
-class Window(_Strict):
+class Window(StrictSpecModel):
     """Matched calls `start` to `end` inclusive (no `end`: for ever)."""
 
     mode: Literal["window"]
@@ -342,7 +331,7 @@ class Window(_Strict):
         return self
 
 
-class CircuitBreaker(_Strict):
+class CircuitBreaker(StrictSpecModel):
     """Closed: the upstream fails with `probability`. After `failures` consecutive errors on matched calls (from
     any cause) it opens: every matched call fails for `cooldown` calls; then one half-open trial call decides."""
 
@@ -352,7 +341,7 @@ class CircuitBreaker(_Strict):
     probability: Probability = 0.0
 
 
-class Degrade(_Strict):
+class Degrade(StrictSpecModel):
     """A ramp r(n) = min(max, start + step·(n-1)): the firing probability for most kinds; for latency faults the
     delay multiplier (always fires while r > 0)."""
 
@@ -372,7 +361,7 @@ Schedule = Annotated[
 ]
 
 
-class Perturbation(_Strict):
+class Perturbation(StrictSpecModel):
     name: str = Field(min_length=1)
     match: Match = Field(default_factory=Match)
     fault: Fault

@@ -10,10 +10,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
-from aw_mcp.perturb import Perturbation, Probability, _Strict
+from aw_mcp.perturb import Perturbation, Probability
+from aw_mcp.spec_model import StrictSpecModel
 
 
-class _Preset(_Strict):
+class _Preset(StrictSpecModel):
     tools: str = "*"  # glob on tool names the preset applies to
 
     def expand(self) -> list[Perturbation]:

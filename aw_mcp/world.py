@@ -11,30 +11,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.domains import BUILTIN_TOOLS, Domain
 from aw_mcp.perturb import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.presets import PresetRef, expand_presets, normalize_preset
+from aw_mcp.spec_model import StrictSpecModel
 from aw_mcp.spec_source import PathKey, SpecSource, SpecSyntaxError, parse_yaml, read_yaml
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
 
-class _Strict(BaseModel):
-    """Unknown keys are errors (they are almost always typos); `x-` keys are free-form extensions."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_extensions(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
-        return data
-
-
-class ToolAnnotationsSpec(_Strict):
+class ToolAnnotationsSpec(StrictSpecModel):
     title: str | None = None
     readOnlyHint: bool | None = None
     destructiveHint: bool | None = None
@@ -42,14 +30,14 @@ class ToolAnnotationsSpec(_Strict):
     openWorldHint: bool | None = None
 
 
-class ToolExample(_Strict):
+class ToolExample(StrictSpecModel):
     """A demonstration: these arguments gave this result (text, or a JSON value for structured tools)."""
 
     arguments: dict[str, Any] = Field(default_factory=dict)
     result: Any
 
 
-class ToolErrorSpec(_Strict):
+class ToolErrorSpec(StrictSpecModel):
     """A named failure the real tool can produce; the world model and the fault injector both use it."""
 
     name: str
@@ -76,7 +64,7 @@ def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
     return schema
 
 
-class ToolSpec(_Strict):
+class ToolSpec(StrictSpecModel):
     """One virtual tool; maps 1:1 to an MCP tool."""
 
     name: str
@@ -160,7 +148,7 @@ class ToolSpec(_Strict):
         return out
 
 
-class Fact(_Strict):
+class Fact(StrictSpecModel):
     """A statement that is true in this world; optionally only relevant to some tools (names or globs)."""
 
     text: str
@@ -172,7 +160,7 @@ class Fact(_Strict):
         return {"text": data} if isinstance(data, str) else data
 
 
-class ModelSettings(_Strict):
+class ModelSettings(StrictSpecModel):
     """Backend settings and sampling; the command line and AW_* env vars override the backend fields."""
 
     backend: Literal["openai", "local", "replay"] | None = None
@@ -188,7 +176,7 @@ class ModelSettings(_Strict):
     output_retries: int = Field(default=2, ge=0, le=10)
 
 
-class WorldSpec(_Strict):
+class WorldSpec(StrictSpecModel):
     """A simulated world: what the agent sees (tools) and what the world model is told (facts, state, clock)."""
 
     name: str = Field(min_length=1)
