@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 from aw_mcp import __version__
+from aw_mcp.backends.base import BackendError
 from aw_mcp.simulator import Simulator, UnknownToolError
 
 log = logging.getLogger("aw_mcp.server")
@@ -187,15 +190,35 @@ def initialization_options(server: Server[Any]) -> Any:
     return server.create_initialization_options(NotificationOptions(tools_changed=True))
 
 
+@asynccontextmanager
+async def backend_lifetime(app: WorldApp) -> AsyncIterator[None]:
+    """Start loading the model at once (a local engine takes minutes) while serving; close it at the end."""
+    backend = app.simulator.backend
+
+    async def preload() -> None:
+        try:
+            await backend.preload()  # type: ignore[attr-defined]
+            print(f"aw-mcp: {backend.name} model loaded", file=sys.stderr, flush=True)
+        except BackendError as exc:  # calls will report it too; say it now, where the operator looks
+            print(f"aw-mcp: {exc}", file=sys.stderr, flush=True)
+
+    async with anyio.create_task_group() as tg:
+        if hasattr(backend, "preload"):
+            tg.start_soon(preload)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await backend.aclose()
+
+
 async def serve_stdio(app: WorldApp) -> None:
     from mcp.server.stdio import stdio_server
 
     server = build_server(app)
-    try:
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, initialization_options(server))
-    finally:
-        await app.simulator.backend.aclose()
+    async with backend_lifetime(app), stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, initialization_options(server))
 
 
 async def serve_http(app: WorldApp, host: str = "127.0.0.1", port: int = 8765) -> None:
@@ -205,7 +228,5 @@ async def serve_http(app: WorldApp, host: str = "127.0.0.1", port: int = 8765) -
     asgi = server.streamable_http_app(host=host)
     config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", lifespan="on")
     print(f"aw-mcp: serving {app.world.name} on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
-    try:
+    async with backend_lifetime(app):
         await uvicorn.Server(config).serve()
-    finally:
-        await app.simulator.backend.aclose()

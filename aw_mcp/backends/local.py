@@ -44,8 +44,18 @@ class LocalWorldModel:
                 try:
                     self._llm = LLM(self.model, device=self.device, dtype=self.dtype)
                 except (CheckpointError, FileNotFoundError, ValueError, MemoryError, OSError) as exc:
-                    raise BackendError(f"cannot load the local model {self.model!r}: {exc}") from exc
+                    raise BackendError(
+                        f"cannot load the local model {self.model!r}: {exc} Other ways to run: point at a "
+                        "vLLM/SGLang server with --base-url http://HOST:PORT/v1, or answer from a recording with "
+                        "--backend replay --replay TRAJECTORY.jsonl."
+                    ) from exc
             return self._llm
+
+    async def preload(self) -> None:
+        """Load the weights now (in a worker thread) so the first tool call does not pay for it.
+
+        A failure is kept for the calls to report; it is also raised here so the caller can show it at once."""
+        await anyio.to_thread.run_sync(self._load, abandon_on_cancel=True)
 
     async def generate(
         self,

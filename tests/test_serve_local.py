@@ -1,0 +1,77 @@
+"""`aw-mcp serve --backend local` on a tiny random checkpoint: the in-process engine answers an MCP tool call."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from engine.testing.tiny_checkpoint import make_tiny_checkpoint
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny_local"), seed=3, max_position_embeddings=32768)
+
+
+async def test_local_backend_answers_a_tool_call_end_to_end(
+    tiny_checkpoint: Path, small_world_path: Path, tmp_path: Path
+) -> None:
+    record = tmp_path / "local.jsonl"
+    args = [
+        "-m",
+        "aw_mcp",
+        "serve",
+        "--world",
+        str(small_world_path),
+        "--backend",
+        "local",
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--no-thinking",
+        "--max-tokens",
+        "12",
+        "--record",
+        str(record),
+    ]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(REPO))
+    async with Client(params) as client:
+        tools = (await client.list_tools()).tools
+        result = await client.call_tool("cancel_order", {"order_id": "ORD-1001"}, read_timeout_seconds=240)
+    assert [t.name for t in tools] == ["get_order", "cancel_order"]
+    line = json.loads(record.read_text().splitlines()[-1])
+    # The tiny model is random: what it says is noise, but it is the engine's own output for this prompt.
+    assert isinstance(line["raw"], str) and line["messages_hash"]
+    assert (
+        line["error"] is None
+        or "did not produce" in (line["error"] or "")
+        or "no valid observation" in line["error"]
+    )
+    assert result.content[0].text
+
+
+async def test_missing_local_model_is_a_clear_is_error(small_world_path: Path) -> None:
+    args = [
+        "-m",
+        "aw_mcp",
+        "serve",
+        "--world",
+        str(small_world_path),
+        "--backend",
+        "local",
+        "--model",
+        "/nonexistent/checkpoint",
+    ]
+    async with Client(StdioServerParameters(command=sys.executable, args=args, cwd=str(REPO))) as client:
+        result = await client.call_tool("cancel_order", {"order_id": "ORD-1"})
+    text = result.content[0].text
+    assert result.is_error
+    assert "/nonexistent/checkpoint" in text and "--base-url" in text and "--backend replay" in text
