@@ -82,6 +82,8 @@ def read_trajectory(path: str | Path) -> Iterator[dict[str, Any]]:
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise TrajectoryFormatError(f"{path}: trajectory file does not exist") from None
     except OSError as exc:
         raise TrajectoryFormatError(f"{path}: cannot read trajectory: {exc.strerror or exc}") from None
     for number, line in enumerate(lines, 1):
@@ -90,11 +92,18 @@ def read_trajectory(path: str | Path) -> Iterator[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise TrajectoryFormatError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+            raise TrajectoryFormatError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
         if not isinstance(record, dict):
-            raise TrajectoryFormatError(f"{path}:{number}: expected a JSON object")
-        if record.get("type", "call") == "call":
-            yield record
+            raise TrajectoryFormatError(
+                f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
+            )
+        if record.get("type", "call") != "call":
+            continue  # session headers and other non-call lines
+        if not isinstance(record.get("tool"), str) or not isinstance(record.get("arguments", {}), dict):
+            raise TrajectoryFormatError(
+                f"{path}:{number}: a call record needs a string 'tool' and object 'arguments'"
+            )
+        yield record
 
 
 class WorldSession:

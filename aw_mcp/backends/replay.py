@@ -20,6 +20,7 @@ from aw_mcp.backends.base import (
     GenerationParams,
     ProgressCallback,
 )
+from aw_mcp.session import TrajectoryFormatError, read_trajectory
 
 CallKey = tuple[str, str]
 
@@ -34,33 +35,14 @@ def call_key(tool: str, arguments: dict[str, Any]) -> CallKey:
 
 def _load(path: Path) -> dict[CallKey, list[Generation]]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise BackendError(f"replay: trajectory file {path} does not exist") from None
-    except OSError as error:
-        raise BackendError(f"replay: cannot read trajectory file {path}: {error}") from error
+        records = list(read_trajectory(path))
+    except TrajectoryFormatError as error:
+        raise BackendError(f"replay: {error}") from None
     answers: dict[CallKey, list[Generation]] = defaultdict(list)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise BackendError(f"replay: {path}:{number}: not valid JSON ({error.msg})") from None
-        if not isinstance(record, dict):
-            raise BackendError(
-                f"replay: {path}:{number}: expected a JSON object, got {type(record).__name__}"
-            )
-        if record.get("type", "call") != "call":
-            continue  # session headers and other non-call lines
+    for record in records:
         if record.get("raw") is None:
             continue  # the call failed before the model answered; nothing to replay
-        tool, arguments = record.get("tool"), record.get("arguments", {})
-        if not isinstance(tool, str) or not isinstance(arguments, dict):
-            raise BackendError(
-                f"replay: {path}:{number}: a call record needs a string 'tool' and object 'arguments'"
-            )
-        answers[call_key(tool, arguments)].append(
+        answers[call_key(record["tool"], record.get("arguments", {}))].append(
             Generation(text=record["raw"], reasoning=record.get("reasoning") or "")
         )
     return dict(answers)
