@@ -1,5 +1,8 @@
 """Decode state, allocated once up front: per-slot KV for the full-attention layers, conv + recurrent state for the
-Gated DeltaNet layers. A sequence takes a slot when it starts and gives it back when it ends."""
+Gated DeltaNet layers. A sequence takes a slot when it starts and gives it back when it ends.
+
+One extra slot, `pad_slot`, is scratch that no sequence ever gets: the padded rows of a CUDA-graph decode step
+(see engine/cuda_graphs.py) read and write it, so padding can never touch a live sequence."""
 
 from __future__ import annotations
 
@@ -14,24 +17,26 @@ class Cache:
     ) -> None:
         if num_slots < 1 or max_len < 1:
             raise ValueError("the cache needs at least one slot of at least one token")
-        self.num_slots = num_slots
+        self.num_slots = num_slots  # slots sequences can take
+        self.pad_slot = num_slots  # the scratch slot, the last row of every per-slot tensor
         self.max_len = max_len
+        rows = num_slots + 1
         num_full = sum(t == FULL_ATTENTION for t in config.layer_types)
         num_linear = config.num_hidden_layers - num_full
-        kv_shape = (num_full, num_slots, config.num_key_value_heads, max_len, config.head_dim)
+        kv_shape = (num_full, rows, config.num_key_value_heads, max_len, config.head_dim)
         # Layout [slot, kv_head, position, dim]: a run of consecutive slots up to a length is a strided view that
         # attention reads without copying.
         self.keys = torch.zeros(kv_shape, dtype=dtype, device=device)
         self.values = torch.zeros(kv_shape, dtype=dtype, device=device)
         self.conv = torch.zeros(
-            (num_linear, num_slots, config.linear_conv_dim, config.linear_conv_kernel_dim),
+            (num_linear, rows, config.linear_conv_dim, config.linear_conv_kernel_dim),
             dtype=dtype,
             device=device,
         )
         self.recurrent = torch.zeros(
             (
                 num_linear,
-                num_slots,
+                rows,
                 config.linear_num_value_heads,
                 config.linear_key_head_dim,
                 config.linear_value_head_dim,
@@ -68,7 +73,7 @@ class Cache:
         device: torch.device | str,
     ) -> Cache:
         per_slot = cls.bytes_per_slot(config, max_len, dtype)
-        slots = min(max_slots, budget_bytes // per_slot)
+        slots = min(max_slots, budget_bytes // per_slot - 1)  # one slot of the budget is the scratch slot
         if slots < 1:
             raise MemoryError(
                 f"a cache slot of {max_len} tokens needs {per_slot / 2**30:.2f} GiB, more than the "

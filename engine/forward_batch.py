@@ -9,16 +9,23 @@ import torch
 
 @dataclass
 class ForwardBatch:
-    """Tokens of all sequences are packed along one axis: sequence i owns rows cu_seqlens[i]:cu_seqlens[i+1]."""
+    """Tokens of all sequences are packed along one axis: sequence i owns rows cu_seqlens[i]:cu_seqlens[i+1].
+
+    Two kinds of decode batch exist. `build` (eager) knows the lengths on the host, so attention reads just the
+    cached span and consecutive slots are plain views. `static_decode` (capture-safe, for CUDA graphs) knows
+    nothing on the host: attention spans the whole cache masked by `positions`, and cache rows are gathered and
+    scattered by `slots`. Both compute the same function."""
 
     slots: torch.Tensor  # int64 [N] cache slot of each sequence
-    slot_list: list[int]
-    starts: list[int]  # tokens of each sequence already in the cache
-    lengths: list[int]  # new tokens of each sequence in this step
+    slot_list: list[int]  # host copy of `slots` (empty for a static decode batch)
+    starts: list[int]  # tokens of each sequence already in the cache (empty for a static decode batch)
+    lengths: list[int]  # new tokens of each sequence in this step (empty for a static decode batch)
     positions: torch.Tensor  # int64 [T] absolute position of every packed token
     cu_seqlens: torch.Tensor  # int64 [N + 1]
     is_decode: bool  # every sequence brings exactly one token
     slot_range: tuple[int, int] | None  # (first, end) when the slots are consecutive: cache views, no gathers
+    span: int = 0  # decode: cache positions attention reads (every sequence's keys lie in 0 .. span - 1)
+    needs_mask: bool = True  # decode: sequences differ in length, so attention masks keys past each position
 
     @classmethod
     def build(
@@ -41,11 +48,31 @@ class ForwardBatch:
             cu_seqlens=cu.to(device),
             is_decode=all(n == 1 for n in lengths),
             slot_range=(slot_list[0], slot_list[0] + len(slot_list)) if consecutive else None,
+            span=max(s + n for s, n in zip(starts, lengths, strict=True)),
+            needs_mask=len(set(starts)) > 1,
+        )
+
+    @classmethod
+    def static_decode(cls, positions: torch.Tensor, slot_ids: torch.Tensor, max_len: int) -> ForwardBatch:
+        """A decode batch described only by device tensors (no host sync, shapes fixed by the batch size):
+        what a CUDA graph can capture once and replay for any lengths and slots."""
+        num_seqs = slot_ids.shape[0]
+        return cls(
+            slots=slot_ids,
+            slot_list=[],
+            starts=[],
+            lengths=[],
+            positions=positions,
+            cu_seqlens=torch.arange(num_seqs + 1, dtype=torch.int64, device=slot_ids.device),
+            is_decode=True,
+            slot_range=None,
+            span=max_len,
+            needs_mask=True,
         )
 
     @property
     def num_seqs(self) -> int:
-        return len(self.slot_list)
+        return self.slots.shape[0]
 
     def select(self, per_slot: torch.Tensor) -> torch.Tensor:
         """Rows of a per-slot cache tensor for this batch: a view (writes go to the cache) when slots are

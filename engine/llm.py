@@ -16,6 +16,7 @@ import torch
 
 from engine.cache import Cache
 from engine.config import Config
+from engine.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphRunner
 from engine.forward_batch import ForwardBatch
 from engine.loader import DEFAULT_MODEL, build_model, resolve_model_path
 from engine.reasoning import THINK_END, THINK_START
@@ -109,7 +110,10 @@ class LLM:
         max_num_seqs: int = 8,
         cache_memory_gb: float | None = None,
         progress: bool = True,
+        static_decode: bool | None = None,
     ) -> None:
+        """`static_decode`: decode through the capture-safe step and CUDA graphs (default: on CUDA only; on a CPU
+        the eager step is faster, since it reads just the cached span and slot views without gathers)."""
         from transformers import AutoTokenizer
 
         self.model_path = resolve_model_path(model)
@@ -128,6 +132,13 @@ class LLM:
         self._think_end = self._token_id(THINK_END)
         # The embedding is padded past the tokenizer (248320 rows for 248077 tokens): those ids are never emitted.
         self._emittable = min(len(self.tokenizer), self.config.vocab_size)
+        self.static_decode = self.device.type == "cuda" if static_decode is None else static_decode
+        num_slots = self.cache.num_slots
+        self.graph_runner = DecodeGraphRunner(
+            self._static_decode_step,
+            pad_slot_id=self.cache.pad_slot,
+            batch_sizes=[s for s in DEFAULT_BATCH_SIZES if s < num_slots] + [num_slots],
+        )
 
     # -- setup ------------------------------------------------------------------------------------------------
     def _allocate_cache(self, max_model_len: int | None, max_num_seqs: int, memory_gb: float | None) -> Cache:
@@ -291,8 +302,8 @@ class LLM:
                     else:
                         running.sort(key=lambda s: s.slot)
                         stepped, logits = running, self._decode(running)
-                    for seq, row in zip(stepped, logits, strict=True):
-                        self._append_token(seq, row)
+                    for seq, token in zip(stepped, self._pick_tokens(stepped, logits), strict=True):
+                        self._append_token(seq, token)
                         yield seq
                     for seq in [s for s in running if s.finished]:
                         running.remove(seq)
@@ -316,13 +327,23 @@ class LLM:
 
     def _decode(self, seqs: list[_Sequence]) -> torch.Tensor:
         ids = torch.tensor([s.output_ids[-1] for s in seqs], dtype=torch.int64, device=self.device)
-        batch = ForwardBatch.build(
-            [s.slot for s in seqs], [s.num_cached for s in seqs], [1] * len(seqs), self.device
-        )
-        logits = self.model(ids, batch, self.cache)
+        slots, starts = [s.slot for s in seqs], [s.num_cached for s in seqs]
+        if self.static_decode:
+            positions = torch.tensor(starts, dtype=torch.int64, device=self.device)
+            slot_ids = torch.tensor(slots, dtype=torch.int64, device=self.device)
+            logits = self.graph_runner(ids, positions, slot_ids)
+        else:
+            batch = ForwardBatch.build(slots, starts, [1] * len(seqs), self.device)
+            logits = self._mask_unemittable(self.model(ids, batch, self.cache))
         for seq in seqs:
             seq.num_cached += 1
-        return self._mask_unemittable(logits)
+        return logits
+
+    def _static_decode_step(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, slot_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """The capture-safe decode step (what `graph_runner` captures), logits of unemittable ids masked."""
+        return self._mask_unemittable(self.model.decode_step(input_ids, positions, slot_ids, self.cache))
 
     @torch.inference_mode()
     def _mask_unemittable(self, logits: torch.Tensor) -> torch.Tensor:
@@ -330,18 +351,24 @@ class LLM:
             logits[:, self._emittable :] = float("-inf")
         return logits
 
-    def _append_token(self, seq: _Sequence, logits: torch.Tensor) -> None:
+    def _pick_tokens(self, seqs: list[_Sequence], logits: torch.Tensor) -> list[int]:
+        """The next token of every sequence: greedy rows take one batched argmax (a single host read-back for the
+        whole step), sampled rows their own seeded sampler; an exhausted thinking budget forces `</think>`."""
+        greedy = logits.argmax(-1).tolist() if any(s.params.greedy for s in seqs) else None
+        tokens = []
+        for i, seq in enumerate(seqs):
+            budget = seq.params.thinking_budget
+            forced_end = self._think_end is not None and seq.in_thinking
+            if forced_end and budget is not None and seq.thinking_tokens >= budget:
+                tokens.append(self._think_end)
+            elif seq.params.greedy:
+                tokens.append(greedy[i])
+            else:
+                tokens.append(sample_token(logits[i], seq.params, seq.generator))
+        return tokens
+
+    def _append_token(self, seq: _Sequence, token: int) -> None:
         params = seq.params
-        budget = params.thinking_budget
-        if (
-            seq.in_thinking
-            and budget is not None
-            and seq.thinking_tokens >= budget
-            and self._think_end is not None
-        ):
-            token = self._think_end
-        else:
-            token = sample_token(logits, params, seq.generator)
         seq.output_ids.append(token)
         if token == self._think_start:
             seq.in_thinking = True

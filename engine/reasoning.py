@@ -8,8 +8,13 @@ THINK_END = "</think>"
 
 
 def split_reasoning(text: str, thinking: bool = True) -> tuple[str, str]:
-    """(reasoning, content). Without `</think>`: all reasoning when thinking was on (the answer never started),
-    else all content."""
+    """(reasoning, content).
+
+    Without `</think>` and with thinking on, ALL the text is reasoning and the content is empty: the answer never
+    started, e.g. generation was cut off by max_tokens inside the thinking. This is deliberate and matches vLLM's
+    qwen3 reasoning parser; the server's `reasoning_content`/`content` and the local backend follow it. A caller
+    that needs an answer should give a larger max_tokens or a `thinking_budget` (which forces `</think>`).
+    With thinking off, text without `</think>` is all content."""
     head, sep, tail = text.partition(THINK_END)
     if not sep:
         if thinking:

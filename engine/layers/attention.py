@@ -91,14 +91,12 @@ class GatedAttention(nn.Module):
         positions = batch.positions
         keys[batch.slots, :, positions] = k
         values[batch.slots, :, positions] = v
-        span = max(batch.starts) + 1
-        k_all, v_all = batch.select(keys)[:, :, :span], batch.select(values)[:, :, :span]
-        q_b = q.unsqueeze(2)  # [N, H, 1, D]
-        if batch.num_seqs == 1:
-            o = F.scaled_dot_product_attention(q_b, k_all, v_all, enable_gqa=True)
-        else:
-            mask = torch.arange(span, device=q.device)[None, :] <= positions[:, None]
-            o = F.scaled_dot_product_attention(
-                q_b, k_all, v_all, attn_mask=mask[:, None, None, :], enable_gqa=True
-            )
+        # Every sequence's keys lie in 0 .. span - 1; an eager batch knows the exact span on the host, a static
+        # (graph) batch reads the whole cache and relies on the mask.
+        span = batch.span
+        k_all, v_all = batch.select(keys[:, :, :span]), batch.select(values[:, :, :span])
+        mask = None
+        if batch.needs_mask:
+            mask = (torch.arange(span, device=q.device)[None, :] <= positions[:, None])[:, None, None, :]
+        o = F.scaled_dot_product_attention(q.unsqueeze(2), k_all, v_all, attn_mask=mask, enable_gqa=True)
         return o.squeeze(2)

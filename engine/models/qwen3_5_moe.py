@@ -97,3 +97,13 @@ class Qwen3_5MoeForCausalLM(nn.Module):
         if not all_logits and not batch.is_decode:
             hidden = hidden[batch.cu_seqlens[1:] - 1]
         return self.lm_head(hidden).float()
+
+    @torch.inference_mode()
+    def decode_step(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, slot_ids: torch.Tensor, cache: Cache
+    ) -> torch.Tensor:
+        """One decode token per sequence, capture-safe (no host sync, no value-dependent shapes): input_ids,
+        positions, slot_ids [B] int64 on the model's device -> fp32 logits [B, vocab]. The same function as the
+        eager decode step; this is the step `DecodeGraphRunner` captures."""
+        batch = ForwardBatch.static_decode(positions, slot_ids, cache.max_len)
+        return self.forward(input_ids, batch, cache)

@@ -55,12 +55,12 @@ def test_matches_transformers_torch_fallbacks() -> None:
 
 
 @pytest.mark.parametrize("with_state", [False, True])
-def test_packed_cu_seqlens_equals_separate(with_state: bool) -> None:
-    lengths = [5, 70, 1]
+@pytest.mark.parametrize("lengths", [[5, 70, 1], [40, 0, 40]])  # an empty sequence passes its state through
+def test_packed_cu_seqlens_equals_separate(with_state: bool, lengths: list[int]) -> None:
     seqs = [_delta_inputs(1, n, 2, 4, 8, seed=i) for i, n in enumerate(lengths)]
     packed = [torch.cat([s[i] for s in seqs], dim=1) for i in range(5)]
     h0 = torch.cat([s[5] for s in seqs], dim=0) if with_state else None
-    cu = torch.tensor([0, 5, 75, 76], dtype=torch.int32)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     for fn in (gdr.chunk_gated_delta_rule, gdr.recurrent_gated_delta_rule):
         o, s = fn(
             *packed, initial_state=h0, output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True
@@ -70,6 +70,9 @@ def test_packed_cu_seqlens_equals_separate(with_state: bool) -> None:
             oi, si = fn(*seq[:5], initial_state=init, output_final_state=True, use_qk_l2norm_in_kernel=True)
             torch.testing.assert_close(o[:, cu[i] : cu[i + 1]], oi, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(s[i : i + 1], si, atol=1e-5, rtol=1e-5)
+            if lengths[i] == 0:
+                expected = seq[5] if with_state else torch.zeros_like(seq[5])
+                torch.testing.assert_close(s[i : i + 1], expected)
 
 
 def test_recurrent_inplace_state_and_decode_steps_match_prefill() -> None:
@@ -120,6 +123,17 @@ def test_conv1d_packed_equals_separate() -> None:
     yb, sb = conv_ref.causal_conv1d(b, w, conv_state=state[1:])
     torch.testing.assert_close(y, torch.cat([ya, yb], 1))
     torch.testing.assert_close(new_state, torch.cat([sa, sb], 0))
+
+
+def test_conv1d_packed_with_an_empty_sequence() -> None:
+    gen = torch.Generator().manual_seed(2)
+    x, w = torch.randn(1, 6, 5, generator=gen), torch.randn(5, 4, generator=gen)
+    state = torch.randn(3, 5, 4, generator=gen)
+    y, new_state = conv_ref.causal_conv1d(x, w, conv_state=state, cu_seqlens=torch.tensor([0, 2, 2, 6]))
+    ya, sa = conv_ref.causal_conv1d(x[:, :2], w, conv_state=state[:1])
+    yc, sc = conv_ref.causal_conv1d(x[:, 2:], w, conv_state=state[2:])
+    torch.testing.assert_close(y, torch.cat([ya, yc], 1))
+    torch.testing.assert_close(new_state, torch.cat([sa, state[1:2], sc], 0))
 
 
 @pytest.mark.parametrize("num_tokens", [1, 2, 9])

@@ -43,6 +43,8 @@ def _conv_batch(
     else:
         history = conv_state.to(x.dtype)
     full = torch.cat([history, xt], dim=-1)  # [B, D, W + T]
+    if length == 0:  # an empty packed sequence: no output, the state passes through unchanged
+        return x.new_empty(batch, 0, dim), full[..., -width:].contiguous()
     # Only the last W - 1 history columns reach the first output; the conv without padding over
     # history[1:] + x yields exactly T outputs.
     y = F.conv1d(full[..., 1:], weight.unsqueeze(1).to(x.dtype), groups=dim)

@@ -217,6 +217,9 @@ def _chunk_batch(
     q, k, v, g, beta = _prepare(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel)
     batch, heads, length, dim_k = k.shape
     dim_v = v.shape[-1]
+    if length == 0:  # an empty packed sequence: no output, the state passes through unchanged
+        state = q.new_zeros(batch, heads, dim_k, dim_v) if initial_state is None else initial_state.float()
+        return v.transpose(1, 2).to(out_dtype), state.clone() if output_final_state else None
     size = CHUNK_SIZE
     pad = (-length) % size
     if pad:
