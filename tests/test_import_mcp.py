@@ -200,3 +200,22 @@ async def test_tools_list_is_paged_to_the_end() -> None:
     tools = await list_all_tools(client)
     assert [t["name"] for t in tools] == ["a", "b", "c"] and client.cursors == [None, "1", "2"]
     assert tools[0]["inputSchema"] == {"type": "object"}  # wire (camelCase) names, as a world file uses
+
+
+def test_dangling_refs_are_caught_at_import_not_at_call_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tool = {
+        "name": "lookup",
+        "inputSchema": {"type": "object", "properties": {"q": {"$ref": "#/$defs/Query"}}},
+        "outputSchema": {"type": "object", "$defs": {"Hit": {"type": "string"}}, "properties": {
+            "hits": {"type": "array", "items": {"$ref": "#/$defs/Hit"}}}},
+    }  # fmt: skip
+    saved = tmp_path / "refs.json"
+    saved.write_text(json.dumps([tool]))
+    out = tmp_path / "refs.yaml"
+    assert main(["import", "tools-list", str(saved), "-o", str(out)]) == 0
+    assert "inputSchema: $ref '#/$defs/Query' points at nothing" in capsys.readouterr().err
+    imported = load_world(out).tools[0]
+    assert imported.inputSchema == {"type": "object"}
+    assert imported.outputSchema == tool["outputSchema"]  # its own $defs resolve, so it is kept as is

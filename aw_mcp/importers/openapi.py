@@ -79,7 +79,7 @@ def slug(text: str, fallback: str) -> str:
 
 @dataclass
 class ToolDraft:
-    """One operation on its way to a tool; `arguments_example` and friends feed the examples."""
+    """One operation on its way to a tool, with the request examples that `_pair_examples` combines."""
 
     tool: dict[str, Any]
     pointer: str
@@ -129,20 +129,21 @@ class OpenAPIImporter:
 
     def _facts(self, named: list[tuple[ToolDraft, str]]) -> list[Any]:
         facts: list[Any] = []
-        for i, server in enumerate(self.data.get("servers") or []):
+        for i, server in enumerate(self._list("servers")):
             if isinstance(server, dict) and server.get("url"):
                 about = f" ({server['description']})" if server.get("description") else ""
                 facts.append(f"The API is served at {server['url']}{about}.")
             elif not isinstance(server, dict):
                 self.log.warn(json_pointer("servers", i), "a server must be an object with `url`; ignored")
         components = self.data.get("components") if isinstance(self.data.get("components"), dict) else {}
-        for scheme_name, scheme in (components.get("securitySchemes") or {}).items():
+        schemes = components.get("securitySchemes")
+        for scheme_name, scheme in (schemes if isinstance(schemes, dict) else {}).items():
             scheme, _ = self.document.deref(
                 scheme, json_pointer("components", "securitySchemes", scheme_name)
             )
             if isinstance(scheme, dict):
                 facts.append(f"Requests authenticate with {self._security(scheme_name, scheme)}.")
-        for i, tag in enumerate(self.data.get("tags") or []):
+        for i, tag in enumerate(self._list("tags")):
             if not isinstance(tag, dict) or not tag.get("name"):
                 self.log.warn(json_pointer("tags", i), "a tag must be an object with `name`; ignored")
                 continue
@@ -150,6 +151,12 @@ class OpenAPIImporter:
             if tag.get("description") and tools:
                 facts.append({"text": f"{tag['name']}: {str(tag['description']).strip()}", "tools": tools})
         return facts
+
+    def _list(self, key: str) -> list[Any]:
+        value = self.data.get(key)
+        if value is not None and not isinstance(value, list):
+            self.log.warn(json_pointer(key), f"`{key}` must be a list; ignored")
+        return value if isinstance(value, list) else []
 
     @staticmethod
     def _security(name: str, scheme: dict[str, Any]) -> str:
@@ -178,7 +185,15 @@ class OpenAPIImporter:
                 if not isinstance(operation, dict):
                     continue
                 pointer = child_pointer(item_pointer, method)
-                drafts.append(self._operation(route, method, operation, shared, item_pointer, pointer))
+                try:
+                    drafts.append(
+                        self._operation(str(route), method, operation, shared, item_pointer, pointer)
+                    )
+                except (TypeError, AttributeError, KeyError, ValueError) as exc:
+                    # A shape the importer did not anticipate: lose this operation, never the import.
+                    self.log.warn(
+                        pointer, f"operation skipped, it is malformed ({type(exc).__name__}: {exc})"
+                    )
         return drafts
 
     def _operation(
@@ -209,9 +224,8 @@ class OpenAPIImporter:
         tool["annotations"] = annotations_for(method)
         self._success(draft, op, pointer)
         tool["errors"] = self._errors(op, pointer)
-        for key in ("callbacks",):
-            if op.get(key):
-                self.log.warn(child_pointer(pointer, key), "callbacks are not imported")
+        if op.get("callbacks"):
+            self.log.warn(child_pointer(pointer, "callbacks"), "callbacks are not imported")
         return draft
 
     # --- inputs ---------------------------------------------------------------------------------------------
@@ -226,6 +240,9 @@ class OpenAPIImporter:
             (op.get("parameters") or [], child_pointer(pointer, "parameters")),
         ]
         for params, where in sources:
+            if not isinstance(params, list):
+                self.log.warn(where, "`parameters` must be a list; ignored")
+                continue
             for i, raw in enumerate(params):
                 param, at = self.document.deref(raw, child_pointer(where, i))
                 if not isinstance(param, dict) or "name" not in param or "in" not in param:

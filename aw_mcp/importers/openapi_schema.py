@@ -163,9 +163,9 @@ class SchemaConverter:
             return resolved
         # 3.1 allows keywords next to $ref: annotations override, constraints must hold as well.
         notes = {k: siblings.pop(k) for k in ("description", "title", "summary") if k in siblings}
-        if "summary" in notes:
-            notes.setdefault("description", notes.pop("summary"))
-        notes.pop("summary", None)
+        if "summary" in notes:  # a Reference Object's summary is a description in JSON Schema terms
+            summary = notes.pop("summary")
+            notes.setdefault("description", summary)
         if siblings:
             resolved = {"allOf": [resolved, self.convert(siblings, pointer, expanding)]}
         return {**resolved, **notes}
@@ -184,7 +184,7 @@ class SchemaConverter:
 
     def _type(self, value: Any, out: dict[str, Any], pointer: str) -> None:
         names = value if isinstance(value, list) else [value]
-        valid = [t for t in names if t in _JSON_TYPES]
+        valid = [t for t in names if isinstance(t, str) and t in _JSON_TYPES]
         if len(valid) != len(names):
             bad = [t for t in names if t not in _JSON_TYPES]
             self.log.warn(pointer, f"unknown type {bad!r} is not JSON Schema; dropped")

@@ -86,25 +86,57 @@ def ordered_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def dangling_ref(schema: Any, root: Any = None) -> str | None:
+    """The first local `$ref` (`#/...`) that points at nothing: jsonschema only notices one when a value reaches
+    it, which would turn a later tool call into an internal error instead of an import-time warning."""
+    root = schema if root is None else root
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/"):
+            node: Any = root
+            for part in ref[2:].split("/"):
+                part = part.replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                    node = node[int(part)]
+                else:
+                    return ref
+        children: Any = schema.values()
+    elif isinstance(schema, list):
+        children = schema
+    else:
+        return None
+    return next((bad for child in children if (bad := dangling_ref(child, root))), None)
+
+
 def _spec_problem(tool: dict[str, Any]) -> str | None:
+    for key in ("inputSchema", "outputSchema"):
+        bad = dangling_ref(tool.get(key))
+        if bad is not None:
+            return f"{key}: $ref {bad!r} points at nothing"
     try:
         ToolSpec.model_validate(tool)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         return f"{where + ': ' if where else ''}{str(first['msg']).removeprefix('Value error, ')}"
+    except Exception as exc:  # jsonschema reference errors are not ValueErrors; they must not end the import
+        return f"{type(exc).__name__}: {exc}"
     return None
 
 
 def fit_tool(tool: dict[str, Any], log: ImportLog, pointer: str) -> dict[str, Any] | None:
     """The tool in a shape the world spec accepts, or None (with a warning) when even a bare version fails.
 
-    Examples are checked one by one (a bad one is skipped, the others kept); then, only if the tool is still
-    rejected, the output schema and finally the input schema are given up, each with a warning naming why."""
+    Examples are checked one by one (a bad one is skipped, the others kept). A tool rejected without them
+    gives up its output schema (unless only the input schema is at fault) and then its input schema, each with a
+    warning naming why."""
     tool = ordered_tool(tool)
     examples = tool.pop("examples", [])
     problem = _spec_problem(tool)
-    if problem and "outputSchema" in tool:
+    free_form = {"type": "object"}
+    if problem and "outputSchema" in tool and _spec_problem({**tool, "inputSchema": free_form}) is not None:
         log.warn(pointer, f"output schema dropped, the world spec rejects it ({problem})")
         tool.pop("outputSchema")
         tool.pop("outputWrapper", None)
@@ -113,7 +145,7 @@ def fit_tool(tool: dict[str, Any], log: ImportLog, pointer: str) -> dict[str, An
         log.warn(
             pointer, f"input schema replaced by a free-form object, the world spec rejects it ({problem})"
         )
-        tool["inputSchema"] = {"type": "object"}
+        tool["inputSchema"] = free_form
         problem = _spec_problem(tool)
     if problem:
         log.warn(pointer, f"tool {tool.get('name')!r} skipped: {problem}")
