@@ -53,12 +53,39 @@ def schema_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
     )
 
 
+def dangling_ref(schema: Any, root: Any = None) -> str | None:
+    """The first local `$ref` (`#/...`) that points at nothing: jsonschema only notices one when a value reaches
+    it, which would turn a later tool call into an internal error instead of an import-time warning."""
+    root = schema if root is None else root
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/"):
+            node: Any = root
+            for part in ref[2:].split("/"):
+                part = part.replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                    node = node[int(part)]
+                else:
+                    return ref
+        children: Any = schema.values()
+    elif isinstance(schema, list):
+        children = schema
+    else:
+        return None
+    return next((bad for child in children if (bad := dangling_ref(child, root))), None)
+
+
 def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise ValueError(f"{what} is not a valid JSON Schema (2020-12) at {where}: {exc.message}") from None
+    bad_ref = dangling_ref(schema)
+    if bad_ref is not None:
+        raise ValueError(f"{what} has a $ref {bad_ref!r} that points at nothing")
     if schema.get("type") != "object":
         raise ValueError(f"{what} must have `type: object` at its root (MCP clients require an object)")
     return schema

@@ -93,9 +93,9 @@ def test_report_of_a_broken_trajectory_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     trajectory = tmp_path / "bad.jsonl"
-    trajectory.write_text('{"type": "call"}\nnot json\n')
+    trajectory.write_text('{"type": "call", "tool": "a", "arguments": {}}\nnot json\n')
     assert main(["report", str(trajectory), "-o", str(tmp_path / "x.html")]) == 1
-    assert f"{trajectory}:2: not a JSON line" in capsys.readouterr().err
+    assert f"{trajectory}:2: not valid JSON" in capsys.readouterr().err
 
 
 def test_percentile_and_histogram_edges() -> None:

@@ -104,6 +104,14 @@ def test_formats_are_checked_in_examples() -> None:
         load_world_text(bad)
 
 
+def test_dangling_ref_is_a_spec_error_not_a_call_time_crash() -> None:
+    text = "name: x\ntools:\n  - name: a\n    inputSchema: {type: object, properties: {b: {$ref: '#/$defs/gone'}}}\n"
+    with pytest.raises(
+        WorldSpecError, match=r"<string>:4: tools\[0\]\.inputSchema: .*'#/\$defs/gone' that points at nothing"
+    ):
+        load_world_text(text)
+
+
 def test_extension_keys_are_allowed() -> None:
     world = load_world_text("name: x\nx-owner: team-a\ntools:\n  - {name: a, x-note: hi}\n")
     assert world.tools[0].name == "a"

@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from aw_mcp.importers.import_log import ImportLog
-from aw_mcp.world import ToolSpec, WorldSpecError, load_world_text
+from aw_mcp.world import ToolSpec, WorldSpecError, dangling_ref, load_world_text
 
 WORLD_KEY_ORDER = ("name", "description", "domain", "seed", "now", "facts", "state", "tools")
 TOOL_KEY_ORDER = (
@@ -84,30 +84,6 @@ def ordered_tool(tool: dict[str, Any]) -> dict[str, Any]:
     out = {key: tool[key] for key in TOOL_KEY_ORDER if tool.get(key) not in (None, "", [], {})}
     out.update({k: v for k, v in tool.items() if k not in TOOL_KEY_ORDER and v not in (None, "", [], {})})
     return out
-
-
-def dangling_ref(schema: Any, root: Any = None) -> str | None:
-    """The first local `$ref` (`#/...`) that points at nothing: jsonschema only notices one when a value reaches
-    it, which would turn a later tool call into an internal error instead of an import-time warning."""
-    root = schema if root is None else root
-    if isinstance(schema, dict):
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/"):
-            node: Any = root
-            for part in ref[2:].split("/"):
-                part = part.replace("~1", "/").replace("~0", "~")
-                if isinstance(node, dict) and part in node:
-                    node = node[part]
-                elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                    node = node[int(part)]
-                else:
-                    return ref
-        children: Any = schema.values()
-    elif isinstance(schema, list):
-        children = schema
-    else:
-        return None
-    return next((bad for child in children if (bad := dangling_ref(child, root))), None)
 
 
 def _spec_problem(tool: dict[str, Any]) -> str | None:
