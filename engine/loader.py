@@ -215,4 +215,5 @@ def build_model(
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     load_weights(model, path, device, progress=progress)
-    return model.eval().requires_grad_(False)
+    model.requires_grad_(False).fuse_weights()
+    return model.eval()

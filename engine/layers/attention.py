@@ -9,6 +9,7 @@ from torch import nn
 from engine.cache import Cache
 from engine.config import Config
 from engine.forward_batch import ForwardBatch
+from engine.layers.fused_linear import fuse_linear_weights
 from engine.layers.norms import RMSNorm
 from engine.layers.rotary import apply_rotary
 
@@ -28,6 +29,16 @@ class GatedAttention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.fused_qkv_proj: torch.Tensor | None = None  # set by `fuse_weights`
+
+    def fuse_weights(self) -> None:
+        self.fused_qkv_proj = fuse_linear_weights(self.q_proj, self.k_proj, self.v_proj)
+
+    def _qkv_proj(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.fused_qkv_proj is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        kv = self.num_kv_heads * self.head_dim
+        return F.linear(x, self.fused_qkv_proj).split([2 * self.num_heads * self.head_dim, kv, kv], dim=-1)
 
     def forward(
         self,
@@ -37,10 +48,11 @@ class GatedAttention(nn.Module):
         cache: Cache,
     ) -> torch.Tensor:
         tokens = x.shape[0]
-        q_gate = self.q_proj(x).view(tokens, self.num_heads, 2 * self.head_dim)
+        q_gate, k, v = self._qkv_proj(x)
+        q_gate = q_gate.reshape(tokens, self.num_heads, 2 * self.head_dim)
         q, gate = q_gate[..., : self.head_dim], q_gate[..., self.head_dim :]
-        k = self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
+        v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
         q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rope
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

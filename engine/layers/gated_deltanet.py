@@ -15,6 +15,7 @@ from engine.kernels import (
     chunk_gated_delta_rule,
     fused_recurrent_gated_delta_rule,
 )
+from engine.layers.fused_linear import fuse_linear_weights
 from engine.layers.norms import GatedRMSNorm
 
 
@@ -42,13 +43,27 @@ class GatedDeltaNet(nn.Module):
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, config.rms_norm_eps)
         self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
+        self.conv_dim = conv_dim
+        self.fused_in_proj: torch.Tensor | None = None  # set by `fuse_weights`
+
+    def fuse_weights(self) -> None:
+        """The four input projections as one GEMM: [qkv | z | b | a]."""
+        self.fused_in_proj = fuse_linear_weights(
+            self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
+        )
+
+    def _in_proj(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.fused_in_proj is None:
+            return self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
+        heads = self.num_v_heads
+        return F.linear(x, self.fused_in_proj).split([self.conv_dim, self.value_dim, heads, heads], dim=-1)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: Cache) -> torch.Tensor:
         tokens = x.shape[0]
-        qkv = self.in_proj_qkv(x)
-        z = self.in_proj_z(x).view(tokens, self.num_v_heads, self.head_v_dim)
-        beta = torch.sigmoid(self.in_proj_b(x))  # in the model dtype, as the reference does
-        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
+        qkv, z, b, a = self._in_proj(x)
+        z = z.reshape(tokens, self.num_v_heads, self.head_v_dim)
+        beta = torch.sigmoid(b)  # in the model dtype, as the reference does
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
 
         conv_weight = self.conv1d.weight.view(self.conv1d.weight.shape[0], -1)
         conv_cache = cache.conv[self.cache_index]

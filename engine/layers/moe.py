@@ -8,6 +8,7 @@ from torch import nn
 
 from engine.config import Config
 from engine.kernels import fused_moe, router_topk
+from engine.layers.fused_linear import fuse_linear_weights
 
 
 class Experts(nn.Module):
@@ -40,9 +41,27 @@ class SparseMoeBlock(nn.Module):
         self.shared_expert = SharedExpert(hidden, config.shared_expert_intermediate_size)
         self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 
+        self.fused_input_proj: torch.Tensor | None = None  # set by `fuse_weights`
+
+    def fuse_weights(self) -> None:
+        """Everything that reads the block's input as one GEMM: [router | shared gate | shared up | shared
+        expert gate]."""
+        shared = self.shared_expert
+        self.fused_input_proj = fuse_linear_weights(
+            self.gate, shared.gate_proj, shared.up_proj, self.shared_expert_gate
+        )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights, ids = router_topk(self.gate(x), self.top_k)
+        if self.fused_input_proj is None:
+            router_logits, shared_gate = self.gate(x), self.shared_expert_gate(x)
+            shared = self.shared_expert(x)
+        else:
+            inter = self.shared_expert.gate_proj.weight.shape[0]
+            router_logits, gate, up, shared_gate = F.linear(x, self.fused_input_proj).split(
+                [self.gate.weight.shape[0], inter, inter, 1], dim=-1
+            )
+            shared = self.shared_expert.down_proj(F.silu(gate) * up)
+        weights, ids = router_topk(router_logits, self.top_k)
         # The reference rounds the routing weights to the model dtype before mixing the experts.
         routed = fused_moe(x, self.experts.gate_up_proj, self.experts.down_proj, weights.to(x.dtype), ids)
-        shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
-        return routed + shared
+        return routed + torch.sigmoid(shared_gate) * shared

@@ -87,6 +87,12 @@ class Qwen3_5MoeForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
+    def fuse_weights(self) -> None:
+        """Fuse the projections that share an input (after loading; the parameters become views)."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "fuse_weights"):
+                module.fuse_weights()
+
     @torch.inference_mode()
     def forward(
         self, input_ids: torch.Tensor, batch: ForwardBatch, cache: Cache, all_logits: bool = False

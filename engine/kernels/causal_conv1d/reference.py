@@ -55,7 +55,7 @@ def _conv_batch(
 
 def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor) -> torch.Tensor:
     """One decode step. x [B, D]; conv_state [B, D, W] is shifted left and x appended, in place."""
-    conv_state.copy_(torch.roll(conv_state, shifts=-1, dims=-1))
-    conv_state[..., -1] = x.to(conv_state.dtype)
-    y = (conv_state.to(x.dtype) * weight.to(x.dtype)).sum(-1)
+    window = torch.cat([conv_state[..., 1:], x.unsqueeze(-1).to(conv_state.dtype)], dim=-1)
+    conv_state.copy_(window)
+    y = (window.to(x.dtype) * weight.to(x.dtype)).sum(-1)
     return F.silu(y).to(x.dtype)

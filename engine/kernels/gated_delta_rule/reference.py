@@ -104,6 +104,10 @@ def recurrent_gated_delta_rule(
 
     `inplace_final_state=True` writes the final state into `initial_state` and returns it (the decode cache path).
     """
+    if _is_decode_step(q, initial_state, cu_seqlens):
+        state = initial_state if inplace_final_state else initial_state.clone()
+        o = _decode_step(q, k, v, g, beta, scale, state, use_qk_l2norm_in_kernel)
+        return o, state if (inplace_final_state or output_final_state) else None
     if cu_seqlens is not None:
         o, final = _run_packed(
             _recurrent_batch,
@@ -136,6 +140,48 @@ def recurrent_gated_delta_rule(
         initial_state.copy_(final)
         return o, initial_state
     return o, final if output_final_state else None
+
+
+def _is_decode_step(q: torch.Tensor, state: torch.Tensor | None, cu_seqlens: torch.Tensor | None) -> bool:
+    return (
+        cu_seqlens is None
+        and q.shape[1] == 1
+        and state is not None
+        and state.dtype == torch.float32
+        and state.is_contiguous()
+    )
+
+
+def _decode_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    state: torch.Tensor,
+    use_qk_l2norm_in_kernel: bool,
+) -> torch.Tensor:
+    """One token of every sequence, `state` [B, HV, K, V] updated in place: the token loop's body for T == 1
+    with the value heads of one key head viewed as a group (no repeated keys, no state copies), a handful of ops
+    per layer for the whole batch."""
+    batch, _, heads_k, dim_k = k.shape
+    heads_v, dim_v = v.shape[2], v.shape[3]
+    group = heads_v // heads_k
+    if heads_v % heads_k:
+        raise ValueError(f"value heads ({heads_v}) must be a multiple of key heads ({heads_k})")
+    q, k = q[:, 0].float(), k[:, 0].float()  # [B, H, K]
+    if use_qk_l2norm_in_kernel:
+        q, k = l2norm(q), l2norm(k)
+    q = q * (dim_k**-0.5 if scale is None else scale)
+    grouped = state.view(batch, heads_k, group, dim_k, dim_v)
+    grouped.mul_(g[:, 0].float().exp().view(batch, heads_k, group, 1, 1))
+    predicted = k.view(batch, heads_k, 1, 1, dim_k) @ grouped  # [B, H, G, 1, V]
+    v_t = v[:, 0].float().view(batch, heads_k, group, 1, dim_v)
+    delta = beta[:, 0].float().view(batch, heads_k, group, 1, 1) * (v_t - predicted)
+    grouped.add_(k.view(batch, heads_k, 1, dim_k, 1) * delta)
+    out = q.view(batch, heads_k, 1, 1, dim_k) @ grouped  # [B, H, G, 1, V]
+    return out.view(batch, 1, heads_v, dim_v).to(v.dtype)
 
 
 def _recurrent_batch(

@@ -11,5 +11,5 @@ def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
     which is where transformers rounds it (matters only for bf16)."""
     dtype = x.dtype
     xf = x.float()
-    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
+    normed = F.rms_norm(xf, (xf.shape[-1],), eps=eps).to(dtype)  # xf * rsqrt(mean(xf^2) + eps), one op
     return ((weight * normed) * F.silu(gate.float())).to(dtype)

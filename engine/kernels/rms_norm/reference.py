@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def rms_norm(
@@ -14,7 +15,6 @@ def rms_norm(
     `(rms_norm(h), h)`: the fused add + norm of a pre-norm decoder layer.
     """
     hidden = x if residual is None else x + residual
-    xf = hidden.float()
-    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight.float())
-    out = out.to(x.dtype)
+    # torch's fused rms_norm computes exactly xf * rsqrt(mean(xf^2) + eps) * w, in a single op.
+    out = F.rms_norm(hidden.float(), (hidden.shape[-1],), 1.0 + weight.float(), eps).to(x.dtype)
     return out if residual is None else (out, hidden)

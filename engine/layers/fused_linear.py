@@ -1,0 +1,22 @@
+"""Linears that read the same input, fused into one weight: one GEMM (and one kernel launch) instead of several.
+
+The fused weight is a fresh tensor and each linear's weight becomes a view of its rows, so nothing is stored
+twice and parameter names, the loader and in-place weight edits keep working."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def fuse_linear_weights(*linears: nn.Linear) -> torch.Tensor:
+    """[sum of out_features, in_features]; the rows of linear i follow those of linear i - 1."""
+    if any(linear.bias is not None for linear in linears):
+        raise ValueError("only bias-free linears are fused")
+    fused = torch.cat([linear.weight.detach() for linear in linears])
+    offset = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight = nn.Parameter(fused[offset : offset + rows], requires_grad=False)
+        offset += rows
+    return fused
