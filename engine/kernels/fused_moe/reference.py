@@ -15,17 +15,12 @@ def fused_moe(
 ) -> torch.Tensor:
     """x [T, H]; w_gate_up [E, 2I, H] (rows 0:I gate, I:2I up); w_down [E, H, I]; topk_* [T, K] -> [T, H].
 
-    When most experts are hit (decode batches), one padded batched matmul over all experts reads each expert once
-    with a handful of ops; otherwise a loop over just the hit experts reads no more weights than needed."""
+    Tokens are sorted by expert and each hit expert runs two GEMMs over its tokens, reading no more weights than
+    needed. (A padded bmm over all experts, or a gather of the chosen experts' weights into one bmm, measured
+    slower on a CPU: they read or copy weights of experts no token needs.)"""
     inter = w_down.shape[-1]
-    num_experts = w_gate_up.shape[0]
     if x.shape[0] == 1:
         return _moe_one_token(x, w_gate_up, w_down, topk_weights, topk_ids, inter)
-    counts = torch.bincount(topk_ids.reshape(-1), minlength=num_experts)
-    hit = int((counts > 0).sum())
-    max_count = int(counts.max())
-    if 2 * hit > num_experts and max_count * num_experts <= 4 * topk_ids.numel():
-        return _moe_padded_all_experts(x, w_gate_up, w_down, topk_weights, topk_ids, counts, max_count, inter)
     return _moe_loop_hit_experts(x, w_gate_up, w_down, topk_weights, topk_ids, inter)
 
 
@@ -37,42 +32,13 @@ def _moe_one_token(
     topk_ids: torch.Tensor,
     inter: int,
 ) -> torch.Tensor:
-    """Batch-1 decode: the chosen experts' weights read in place (a gather of their weights into one bmm copies
-    them first, which measured 2-3x slower on a CPU), outputs weighted in one matmul."""
+    """Batch-1 decode: no sort, the chosen experts' weights read in place, outputs weighted in one matmul."""
     top_k = topk_ids.shape[1]
     outs = x.new_empty(top_k, x.shape[-1])
     for j, expert in enumerate(topk_ids[0].tolist()):
         gate_up = F.linear(x, w_gate_up[expert])
         torch.mm(F.silu(gate_up[:, :inter]) * gate_up[:, inter:], w_down[expert].t(), out=outs[j : j + 1])
     return (topk_weights.to(x.dtype) @ outs).to(x.dtype)
-
-
-def _moe_padded_all_experts(
-    x: torch.Tensor,
-    w_gate_up: torch.Tensor,
-    w_down: torch.Tensor,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    counts: torch.Tensor,
-    max_count: int,
-    inter: int,
-) -> torch.Tensor:
-    num_tokens, top_k = topk_ids.shape
-    num_experts, hidden = w_gate_up.shape[0], x.shape[-1]
-    flat_ids = topk_ids.reshape(-1)
-    order = torch.argsort(flat_ids, stable=True)
-    sorted_experts = flat_ids[order]
-    offsets = torch.cumsum(counts, 0) - counts
-    rank = torch.arange(flat_ids.numel(), device=x.device) - offsets[sorted_experts]  # slot within its expert
-    x_pad = x.new_zeros(num_experts, max_count, hidden)
-    x_pad[sorted_experts, rank] = x[order // top_k]
-    gate_up = torch.bmm(x_pad, w_gate_up.transpose(1, 2))  # [E, C, 2I]
-    act = F.silu(gate_up[..., :inter]) * gate_up[..., inter:]
-    y = torch.bmm(act, w_down.transpose(1, 2))  # [E, C, H]
-    pair_out = torch.empty(flat_ids.numel(), hidden, dtype=y.dtype, device=x.device)
-    pair_out[order] = y[sorted_experts, rank]
-    pair_out = pair_out.view(num_tokens, top_k, hidden) * topk_weights.to(y.dtype).unsqueeze(-1)
-    return pair_out.sum(1).to(x.dtype)
 
 
 def _moe_loop_hit_experts(
@@ -87,10 +53,8 @@ def _moe_loop_hit_experts(
     flat_ids = topk_ids.reshape(-1)
     order = torch.argsort(flat_ids, stable=True)
     counts = torch.bincount(flat_ids, minlength=w_gate_up.shape[0]).tolist()
-    x_sorted = x[order // top_k]
-    # Expert outputs land in their (token, slot) pair's row; one weighted sum over slots at the end replaces a
-    # scatter-add per expert.
-    pair_out = torch.empty(flat_ids.numel(), x.shape[-1], dtype=x.dtype, device=x.device)
+    token_of_pair = order // top_k
+    x_sorted = x.index_select(0, token_of_pair)
     sorted_out = torch.empty_like(x_sorted)
     start = 0
     for expert, count in enumerate(counts):
@@ -98,8 +62,8 @@ def _moe_loop_hit_experts(
             continue
         gate_up = F.linear(x_sorted[start : start + count], w_gate_up[expert])
         act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-        sorted_out[start : start + count] = F.linear(act, w_down[expert])
+        torch.mm(act, w_down[expert].t(), out=sorted_out[start : start + count])
         start += count
-    pair_out[order] = sorted_out
-    pair_out = pair_out.view(num_tokens, top_k, -1) * topk_weights.to(x.dtype).unsqueeze(-1)
-    return pair_out.sum(1)
+    # Weighted outputs are added straight into their tokens' rows (no unsorting copy of every pair).
+    sorted_out.mul_(topk_weights.reshape(-1)[order].to(x.dtype).unsqueeze(-1))
+    return x.new_zeros(num_tokens, x.shape[-1]).index_add_(0, token_of_pair, sorted_out)
