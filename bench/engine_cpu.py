@@ -49,6 +49,15 @@ def _best_of(runs: int, fn: Callable[[], None]) -> float:
     return min(times)
 
 
+def _load_average() -> str:
+    """Other processes on the CPUs skew 2-thread timings badly (every parallel op waits for its slowest thread)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--decode-tokens", type=int, default=32)
@@ -116,7 +125,11 @@ def main() -> None:
         )
         rows.append((f"decode, batch {batch}", batch * n / t_ours, batch * n / t_hf))
 
-    print(f"\n{'row':28s} {'ours tok/s':>12s} {'transformers tok/s':>20s} {'ours/transformers':>18s}")
+    print(
+        f"\nthreads {args.threads}, flush denormals {args.flush_denormal} (both engines), "
+        f"load average {_load_average()}"
+    )
+    print(f"{'row':28s} {'ours tok/s':>12s} {'transformers tok/s':>20s} {'ours/transformers':>18s}")
     for name, mine, theirs in rows:
         print(f"{name:28s} {mine:12.1f} {theirs:20.1f} {mine / theirs:17.2f}x")
 

@@ -19,7 +19,8 @@ def use_triton(*tensors: torch.Tensor | None) -> bool:
         if forced not in _FORCE_VALUES:
             raise ValueError(f"AW_KERNELS must be one of {_FORCE_VALUES}, got {forced!r}")
         return forced == "triton"
-    devices = {t.device.type for t in tensors if t is not None}
-    if "cuda" in devices:
-        return True
+    # Called once per op per layer on every step: a plain loop, no sets or device objects.
+    for tensor in tensors:
+        if tensor is not None and tensor.is_cuda:
+            return True
     return os.environ.get("TRITON_INTERPRET", "") == "1"

@@ -102,6 +102,10 @@ class Qwen3_5MoeForCausalLM(nn.Module):
         hidden = self.model(input_ids, batch, cache)
         if not all_logits and not batch.is_decode:
             hidden = hidden[batch.cu_seqlens[1:] - 1]
+        if hidden.device.type == "cpu" and hidden.shape[0] <= 16:
+            # A few rows against the 32k+-row vocab matrix: CPU BLAS runs W @ h^T (the weight as the untransposed
+            # left operand) 1.5-3x faster than h @ W^T, and splits it across threads far better.
+            return (self.lm_head.weight @ hidden.t()).t().float()
         return self.lm_head(hidden).float()
 
     @torch.inference_mode()
