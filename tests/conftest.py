@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,31 @@ from aw_mcp.backends.base import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _import_triton_for_the_interpreter() -> None:
+    """Triton decorates its own library functions (tl.sigmoid, ...) once, at first import, in the mode that
+    TRITON_INTERPRET selects then. The kernel tests run interpreted on CPU, so import it in that mode before any
+    test module can, and restore the variable so every other test still sends CPU tensors to the torch references.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
+_import_triton_for_the_interpreter()
 
 
 @pytest.fixture
