@@ -11,8 +11,8 @@
 3. The whole model, random bf16 weights built on the GPU (no download): batch-1 decode at 2k and 30k context,
    batch-32 decode at 2k, one 8k-token prefill; decode with CUDA graphs off and on. Printed last as one table
    against the roofline (engine-anchors.md section 4) and the targets.
-   The graph-on rows replay one captured step at a fixed context: the engine's ForwardBatch keeps host-side
-   lengths, so this times the same work as the eager step, not a graph-driven generation loop.
+   The graph-on rows replay the engine's capture-safe decode step (`model.decode_step`: lengths and slots read on
+   the device only, padded rows on the cache's scratch slot) through `DecodeGraphRunner`, as `LLM` does on CUDA.
 Everything is printed; the last table is also written to $OUT/gpu_check.txt when OUT is set.
 """
 
@@ -385,7 +385,7 @@ def model_checks(
     print(f"built {n_params / 1e9:.2f} B params in {time.perf_counter() - start:.1f} s", flush=True)
     results: dict[str, dict[str, float]] = {}
     for row, (batch, context) in contexts.items():
-        cache = Cache(config, num_slots=batch + 1, max_len=context + 8, dtype=dtype, device=dev)
+        cache = Cache(config, num_slots=batch, max_len=context + 8, dtype=dtype, device=dev)
         # Random KV and states (never zeros: they can run faster than real data).
         for t in (cache.keys, cache.values, cache.conv):
             t.normal_(0.0, 1.0)
@@ -394,16 +394,19 @@ def model_checks(
         ids = torch.randint(0, config.vocab_size, (batch,), device=dev)
         eager_ms = bench.time_ms(lambda fb=fb, ids=ids, cache=cache: model(ids, fb, cache), reps=200)
         results[row] = {"eager": batch / (eager_ms * 1e-3)}
-        if dev.type == "cuda":
-            runner = DecodeGraphRunner(
-                lambda i, p, s, fb=fb, cache=cache: model(i, fb, cache),
-                pad_slot_id=batch,
-                batch_sizes=(batch,),
-            )
-            slots = torch.arange(batch, device=dev)
-            runner(ids, fb.positions, slots)  # capture
-            graph_ms = bench.time_ms(partial(runner, ids, fb.positions, slots), reps=200)
-            results[row]["graph"] = batch / (graph_ms * 1e-3)
+        # On a CPU (--dry-run) the runner is a passthrough: this still runs the static step once per rep.
+        runner = DecodeGraphRunner(
+            lambda i, p, s, cache=cache: model.decode_step(i, p, s, cache),
+            pad_slot_id=cache.pad_slot,
+            batch_sizes=(batch,),
+        )
+        slots = torch.arange(batch, device=dev)
+        positions = torch.full((batch,), context, dtype=torch.long, device=dev)
+        runner(ids, positions, slots)  # capture (CUDA)
+        graph_ms = bench.time_ms(
+            partial(runner, ids, positions, slots), reps=200 if dev.type == "cuda" else 2
+        )
+        results[row]["graph"] = batch / (graph_ms * 1e-3)
         print(f"  {row}: " + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in results[row].items()), flush=True)
         del cache
         if dev.type == "cuda":
