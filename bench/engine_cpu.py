@@ -3,7 +3,10 @@
 Model: 8 layers (6 Gated DeltaNet + 2 attention), hidden 512, 64 experts top-8, expert intermediate 128,
 vocab 32000, fp32, 2 threads. Rows: prefill tok/s (one 512-token prompt), decode tok/s at batch 1 and batch 8.
 
-    .venv/bin/python bench/engine_cpu.py [--decode-tokens 32]
+    .venv/bin/python bench/engine_cpu.py [--decode-tokens 32] [--flush-denormal] [--compile]
+
+`--compile` runs our decode batches' experts through the torch.compile'd gathered kernel
+(`LLM(compile_decode=True)`); its compile time (first decode at each batch size) is printed separately.
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ def main() -> None:
         help="flush subnormal floats to zero (both engines): the random model's fast decays drive DeltaNet "
         "states subnormal, which makes x86 float ops very slow",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="our engine only: LLM(compile_decode=True), compile time reported",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(args.flush_denormal)
@@ -81,7 +89,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = make_tiny_checkpoint(tmp, seed=0, **BENCH_CONFIG)
         ours = LLM(
-            path.as_posix(), device="cpu", dtype="float32", progress=False, max_num_seqs=8, max_model_len=1024
+            path.as_posix(),
+            device="cpu",
+            dtype="float32",
+            progress=False,
+            max_num_seqs=8,
+            max_model_len=1024,
+            compile_decode=args.compile,
         )
         hf = Qwen3_5MoeForCausalLM.from_pretrained(path.as_posix(), dtype=torch.float32).eval()
 
@@ -109,13 +123,17 @@ def main() -> None:
             hf(input_ids=prompt[None], logits_to_keep=1)
 
     rows = []
+    warmup_seconds: dict[int, float] = {}
     ours_generate([prompt], 1), hf_prefill()  # warm-up
     t_ours = _best_of(2, lambda: ours_generate([prompt], 1))
     t_hf = _best_of(2, hf_prefill)
     rows.append(("prefill 512 tok, batch 1", args.prompt_tokens / t_ours, args.prompt_tokens / t_hf))
     for batch in (1, 8):
         prompts = short[:batch]
-        ours_generate(prompts, 4), hf_generate(prompts, 4)  # warm-up
+        start = time.perf_counter()
+        ours_generate(prompts, 4)  # warm-up (with --compile: compiles this batch size's decode experts)
+        warmup_seconds[batch] = time.perf_counter() - start
+        hf_generate(prompts, 4)
         # decode time = generate(n + 1) - generate(1): removes the prefill and the first sampled token
         t_ours = _best_of(2, lambda p=prompts: ours_generate(p, n + 1)) - _best_of(
             2, lambda p=prompts: ours_generate(p, 1)
@@ -125,6 +143,11 @@ def main() -> None:
         )
         rows.append((f"decode, batch {batch}", batch * n / t_ours, batch * n / t_hf))
 
+    if args.compile:
+        print(
+            "\nours with --compile, first 4-token generate (compile + warm-up): "
+            + ", ".join(f"batch {b} {s:.1f} s" for b, s in warmup_seconds.items())
+        )
     print(
         f"\nthreads {args.threads}, flush denormals {args.flush_denormal} (both engines), "
         f"load average {_load_average()}"

@@ -6,6 +6,7 @@ sequences decode one token per step as a batch; a finished sequence frees its ca
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections import deque
@@ -111,9 +112,12 @@ class LLM:
         cache_memory_gb: float | None = None,
         progress: bool = True,
         static_decode: bool | None = None,
+        compile_decode: bool | None = None,
     ) -> None:
         """`static_decode`: decode through the capture-safe step and CUDA graphs (default: on CUDA only; on a CPU
-        the eager step is faster, since it reads just the cached span and slot views without gathers)."""
+        the eager step is faster, since it reads just the cached span and slot views without gathers).
+        `compile_decode` (CPU only; default from `AW_COMPILE=1`): run decode batches' routed experts through a
+        `torch.compile`d gathered kernel, compiled on first use of each batch size (seconds each)."""
         from transformers import AutoTokenizer
 
         self.model_path = resolve_model_path(model)
@@ -124,6 +128,10 @@ class LLM:
         self.model = build_model(
             self.config, self.model_path, self.device, self.dtype, hf_compat_dtypes, progress
         )
+        if compile_decode is None:
+            compile_decode = os.environ.get("AW_COMPILE", "0").strip().lower() in ("1", "true", "on", "yes")
+        if compile_decode and self.device.type == "cpu":
+            self.model.compile_decode_experts()
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
         self.cache = self._allocate_cache(max_model_len, max_num_seqs, cache_memory_gb)
         self._lock = threading.Lock()

@@ -8,6 +8,7 @@ from torch import nn
 
 from engine.config import Config
 from engine.kernels import fused_moe, router_topk
+from engine.kernels.fused_moe.gathered import MoeFn
 from engine.layers.fused_linear import fuse_linear_weights
 
 
@@ -42,6 +43,13 @@ class SparseMoeBlock(nn.Module):
         self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 
         self.fused_input_proj: torch.Tensor | None = None  # set by `fuse_weights`
+        self.decode_experts: MoeFn | None = None  # set by `use_decode_experts`
+        # The gathered form reads one expert per (token, expert) pair: worth it while the pairs are few.
+        self.max_gathered_tokens = max(1, 2 * config.num_experts // self.top_k)
+
+    def use_decode_experts(self, experts: MoeFn) -> None:
+        """Run decode-sized CPU batches through `experts` (the compiled gathered form, see `gathered.py`)."""
+        self.decode_experts = experts
 
     def fuse_weights(self) -> None:
         """Everything that reads the block's input as one GEMM: [router | shared gate | shared up | shared
@@ -63,5 +71,8 @@ class SparseMoeBlock(nn.Module):
             shared = self.shared_expert.down_proj(F.silu(gate) * up)
         weights, ids = router_topk(router_logits, self.top_k)
         # The reference rounds the routing weights to the model dtype before mixing the experts.
-        routed = fused_moe(x, self.experts.gate_up_proj, self.experts.down_proj, weights.to(x.dtype), ids)
+        experts = fused_moe
+        if self.decode_experts is not None and x.is_cpu and x.shape[0] <= self.max_gathered_tokens:
+            experts = self.decode_experts
+        routed = experts(x, self.experts.gate_up_proj, self.experts.down_proj, weights.to(x.dtype), ids)
         return routed + torch.sigmoid(shared_gate) * shared

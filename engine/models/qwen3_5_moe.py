@@ -93,6 +93,16 @@ class Qwen3_5MoeForCausalLM(nn.Module):
             if module is not self and hasattr(module, "fuse_weights"):
                 module.fuse_weights()
 
+    def compile_decode_experts(self) -> None:
+        """CPU decode: every MoE block runs its few-token batches through one shared compiled expert graph."""
+        from engine.kernels.fused_moe.gathered import compiled_gathered_moe
+        from engine.layers.moe import SparseMoeBlock
+
+        experts = compiled_gathered_moe()
+        for module in self.modules():
+            if isinstance(module, SparseMoeBlock):
+                module.use_decode_experts(experts)
+
     @torch.inference_mode()
     def forward(
         self, input_ids: torch.Tensor, batch: ForwardBatch, cache: Cache, all_logits: bool = False
