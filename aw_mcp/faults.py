@@ -15,7 +15,6 @@ from http import HTTPStatus
 from typing import Any
 
 import anyio
-import jsonschema
 
 from aw_mcp.perturb import (
     CatalogFault,
@@ -29,7 +28,8 @@ from aw_mcp.perturb import (
     TruncateFault,
     uniform,
 )
-from aw_mcp.world import ToolSpec, schema_validator
+from aw_mcp.prompting import render_result
+from aw_mcp.world import ToolSpec
 
 Reporter = Callable[[float, str], Awaitable[None]]
 
@@ -212,14 +212,8 @@ def _map_lists(value: Any, change: Callable[[list[Any]], list[Any]]) -> tuple[An
     return value, False
 
 
-def _render(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
-
-
 def _fits(tool: ToolSpec, value: Any) -> bool:
-    assert tool.outputSchema is not None
-    best = jsonschema.exceptions.best_match(schema_validator(tool.outputSchema).iter_errors(value))
-    return best is None
+    return tool.output_problem(value) is None
 
 
 def _structured_change(
@@ -230,7 +224,7 @@ def _structured_change(
         return "the structured result has no list to change"
     if not _fits(tool, changed):
         return "the changed result would violate outputSchema, so it was left as it was"
-    return Answer(_render(changed), changed)
+    return Answer(render_result(changed), changed)
 
 
 def truncate(fault: TruncateFault, tool: ToolSpec, answer: Answer) -> Answer | str:
@@ -295,7 +289,7 @@ def inject(
         return f"the structured result has no field {'.'.join(path)}"
     if not _fits(tool, changed):
         return "the injected result would violate outputSchema, so it was left as it was"
-    return Answer(_render(changed), changed)
+    return Answer(render_result(changed), changed)
 
 
 def _longest_string(value: Any, path: tuple[str, ...] = ()) -> list[str] | None:

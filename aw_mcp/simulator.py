@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
-import jsonschema
 
 from aw_mcp import faults
 from aw_mcp.backends.base import BackendError, CallRef, Generation, GenerationParams, WorldModel
@@ -48,7 +47,7 @@ from aw_mcp.prompting import (
     render_result,
 )
 from aw_mcp.session import CallRecord, SessionRegistry, WorldSession
-from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec, schema_validator
+from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec
 
 Reporter = Callable[[float, str], Awaitable[None]]
 """Progress sink: (monotonically increasing progress, message)."""
@@ -124,16 +123,6 @@ def params_from_settings(settings: ModelSettings) -> GenerationParams:
         max_tokens=settings.max_tokens,
         thinking=settings.thinking,
     )
-
-
-def argument_errors(tool: ToolSpec, arguments: dict[str, Any]) -> list[str]:
-    """Every schema violation, each naming the field it concerns."""
-    validator = schema_validator(tool.inputSchema)
-    problems = []
-    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path))):
-        where = ".".join(str(p) for p in error.absolute_path)
-        problems.append(f"field `{where}`: {error.message}" if where else error.message)
-    return problems
 
 
 def looks_like_error(observation: str) -> bool:
@@ -227,7 +216,7 @@ class Simulator:
         record: CallRecord,
         report: Reporter | None,
     ) -> CallOutcome:
-        problems = argument_errors(tool, arguments)
+        problems = tool.argument_problems(arguments)
         if problems:
             record.error = "invalid arguments"
             text = f"Invalid arguments for tool {tool.name}: " + "; ".join(problems)
@@ -491,12 +480,9 @@ class Simulator:
             return None, "the observation is not JSON although the tool has an outputSchema"
         assert tool.outputSchema is not None
         value = tool.wrap_result(value)
-        bad = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(tool.outputSchema).iter_errors(value)
-        )
-        if bad is None:
+        problem = tool.output_problem(value)
+        if problem is None:
             return CallOutcome(render_result(value), structured=value), ""
         if looks_like_error(observation):
             return CallOutcome(render_result(value), is_error=True), ""
-        where = "/".join(str(p) for p in bad.absolute_path) or "(root)"
-        return None, f"the observation does not match outputSchema at {where}: {bad.message}"
+        return None, f"the observation does not match outputSchema {problem}"

@@ -7,6 +7,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -141,19 +142,42 @@ class ToolSpec(StrictSpecModel):
 
     @model_validator(mode="after")
     def _examples_fit_schemas(self) -> ToolSpec:
-        arg_validator = schema_validator(self.inputSchema)
-        out_validator = schema_validator(self.outputSchema) if self.outputSchema else None
         for i, example in enumerate(self.examples):
-            bad = jsonschema.exceptions.best_match(arg_validator.iter_errors(example.arguments))
-            if bad is not None:
-                raise ValueError(f"examples[{i}].arguments do not match inputSchema: {bad.message}")
-            if out_validator is not None:
-                bad = jsonschema.exceptions.best_match(
-                    out_validator.iter_errors(self.wrap_result(example.result))
-                )
-                if bad is not None:
-                    raise ValueError(f"examples[{i}].result does not match outputSchema: {bad.message}")
+            problems = self.argument_problems(example.arguments)
+            if problems:
+                raise ValueError(f"examples[{i}].arguments do not match inputSchema: {problems[0]}")
+            problem = self.output_problem(self.wrap_result(example.result))
+            if problem is not None:
+                raise ValueError(f"examples[{i}].result does not match outputSchema {problem}")
         return self
+
+    @cached_property
+    def _input_validator(self) -> jsonschema.Draft202012Validator:
+        return schema_validator(self.inputSchema)
+
+    @cached_property
+    def _output_validator(self) -> jsonschema.Draft202012Validator | None:
+        return schema_validator(self.outputSchema) if self.outputSchema is not None else None
+
+    def argument_problems(self, arguments: dict[str, Any]) -> list[str]:
+        """Every inputSchema violation, each naming the field it concerns (empty when the arguments are valid)."""
+        errors = sorted(
+            self._input_validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path))
+        )
+        problems = []
+        for error in errors:
+            where = ".".join(str(p) for p in error.absolute_path)
+            problems.append(f"field `{where}`: {error.message}" if where else error.message)
+        return problems
+
+    def output_problem(self, value: Any) -> str | None:
+        """Why a structured result breaks outputSchema (`at PATH: message`), or None when it fits (or no schema)."""
+        if self._output_validator is None:
+            return None
+        bad = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
+        if bad is None:
+            return None
+        return f"at {'/'.join(str(p) for p in bad.absolute_path) or '(root)'}: {bad.message}"
 
     @property
     def structured(self) -> bool:
