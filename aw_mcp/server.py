@@ -24,6 +24,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from aw_mcp import __version__
 from aw_mcp.backends.base import BackendError
 from aw_mcp.simulator import Simulator, UnknownToolError
+from aw_mcp.world import WorldSpec
 
 log = logging.getLogger("aw_mcp.server")
 
@@ -41,7 +42,7 @@ class WorldApp:
     spec_text: str
 
     @property
-    def world(self):  # noqa: ANN201 - WorldSpec, kept short
+    def world(self) -> WorldSpec:
         return self.simulator.world
 
 

@@ -132,9 +132,8 @@ class WorldSession:
 
     def restore(self, record: dict[str, Any]) -> None:
         """Replay a recorded call into this session (for --resume)."""
-        fields = {k: record.get(k) for k in CallRecord.__dataclass_fields__ if k in record}
-        fields.setdefault("faults", [])
-        rec = CallRecord(**{**fields, "faults": fields.get("faults") or []})
+        fields = {k: record[k] for k in CallRecord.__dataclass_fields__ if k in record}
+        rec = CallRecord(**{**fields, "faults": record.get("faults") or []})
         self._next_index = max(self._next_index, rec.index + 1)
         self.add(rec)
 
