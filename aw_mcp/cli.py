@@ -44,9 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except call.UsageError as exc:  # a ValueError too: it must come first
+        print(f"aw-mcp {args.command}: {exc}", file=sys.stderr)
+        return 2
     except USER_ERRORS as exc:
         print(f"aw-mcp {args.command}: {exc}", file=sys.stderr)
         return 1
-    except call.UsageError as exc:
-        print(f"aw-mcp {args.command}: {exc}", file=sys.stderr)
-        return 2

@@ -141,3 +141,24 @@ def test_console_script_runs_validate() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""  # stdout is reserved for protocol / results
+
+
+def test_call_with_bad_json_arguments_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "call",
+                "--world",
+                "mcp_crm",
+                "get_contact",
+                "--args",
+                "{oops",
+                "--backend",
+                "replay",
+                "--replay",
+                "/nonexistent.jsonl",
+            ]
+        )
+        == 2
+    )
+    assert "--args is not valid JSON" in capsys.readouterr().err
