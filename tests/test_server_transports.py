@@ -45,6 +45,13 @@ def serve_args(world: Path, *extra: str) -> list[str]:
     return ["-m", "aw_mcp", "serve", "--world", str(world), "--backend", "openai", *extra]
 
 
+def served_over_stdio(world: Path, server: ScriptedOpenAIServer, *extra: str) -> StdioServerParameters:
+    """`aw-mcp serve` as a stdio subprocess, backed by the scripted OpenAI-compatible server."""
+    return StdioServerParameters(
+        command=sys.executable, args=serve_args(world, *extra), env=serve_env(server), cwd=str(REPO)
+    )
+
+
 @pytest.fixture
 def openai_server() -> Iterator[ScriptedOpenAIServer]:
     with ScriptedOpenAIServer(world_answers) as server:
@@ -56,12 +63,7 @@ async def test_stdio_subprocess_list_call_bad_args_structured(
     mode: str, small_world_path: Path, openai_server: ScriptedOpenAIServer, tmp_path: Path
 ) -> None:
     record = tmp_path / "trajectory.jsonl"
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=serve_args(small_world_path, "--record", str(record)),
-        env=serve_env(openai_server),
-        cwd=str(REPO),
-    )
+    params = served_over_stdio(small_world_path, openai_server, "--record", str(record))
     async with Client(params, mode=mode) as client:
         tools = (await client.list_tools()).tools
         structured = await client.call_tool("get_order", {"order_id": "ORD-1001"})
@@ -89,20 +91,10 @@ async def test_resume_continues_a_recorded_session(
     small_world_path: Path, openai_server: ScriptedOpenAIServer, tmp_path: Path
 ) -> None:
     record = tmp_path / "t.jsonl"
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=serve_args(small_world_path, "--record", str(record)),
-        env=serve_env(openai_server),
-        cwd=str(REPO),
-    )
+    params = served_over_stdio(small_world_path, openai_server, "--record", str(record))
     async with Client(params) as client:
         await client.call_tool("cancel_order", {"order_id": "ORD-1001"})
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=serve_args(small_world_path, "--resume", str(record)),
-        env=serve_env(openai_server),
-        cwd=str(REPO),
-    )
+    params = served_over_stdio(small_world_path, openai_server, "--resume", str(record))
     async with Client(params) as client:
         await client.call_tool("get_order", {"order_id": "ORD-1001"})
     resumed = openai_server.requests[-1].body["messages"]
@@ -115,12 +107,7 @@ async def test_replay_backend_answers_recorded_calls_and_refuses_others(
     small_world_path: Path, openai_server: ScriptedOpenAIServer, tmp_path: Path
 ) -> None:
     record = tmp_path / "rec.jsonl"
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=serve_args(small_world_path, "--record", str(record)),
-        env=serve_env(openai_server),
-        cwd=str(REPO),
-    )
+    params = served_over_stdio(small_world_path, openai_server, "--record", str(record))
     async with Client(params) as client:
         live = await client.call_tool("get_order", {"order_id": "ORD-1001"})
     params = StdioServerParameters(
