@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,20 @@ from aw_mcp.backends.base import (
 REPO = Path(__file__).resolve().parent.parent
 
 
+@contextmanager
+def triton_interpret_env() -> Iterator[None]:
+    """TRITON_INTERPRET=1 for the duration, then as it was."""
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
 def _import_triton_for_the_interpreter() -> None:
     """Triton decorates its own library functions (tl.sigmoid, ...) once, at first import, in the mode that
     TRITON_INTERPRET selects then. The kernel tests run interpreted on CPU, so import it in that mode before any
@@ -31,17 +46,8 @@ def _import_triton_for_the_interpreter() -> None:
 
     if torch.cuda.is_available():
         return
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
+    with triton_interpret_env(), suppress(ImportError):
         import triton.language  # noqa: F401
-    except ImportError:
-        pass
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
 
 
 _import_triton_for_the_interpreter()

@@ -43,14 +43,18 @@ class Catalog:
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def read_tools_list(path: str | Path) -> Catalog:
-    """`{"tools": [...]}`, a JSON-RPC response `{"result": {"tools": [...]}}`, or a bare list of tools."""
+def _read_json(path: str | Path) -> Any:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ImportFailure(f"cannot read {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ImportFailure(f"{path} is not JSON: {exc.msg} (line {exc.lineno})") from None
+
+
+def read_tools_list(path: str | Path) -> Catalog:
+    """`{"tools": [...]}`, a JSON-RPC response `{"result": {"tools": [...]}}`, or a bare list of tools."""
+    data = _read_json(path)
     if isinstance(data, dict) and isinstance(data.get("result"), dict):
         data = data["result"]
     tools = data.get("tools") if isinstance(data, dict) else data
@@ -62,12 +66,7 @@ def read_tools_list(path: str | Path) -> Catalog:
 
 
 def load_samples(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ImportFailure(f"cannot read {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ImportFailure(f"{path} is not JSON: {exc.msg} (line {exc.lineno})") from None
+    data = _read_json(path)
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
         raise ImportFailure(f'{path}: expected {{"tool_name": [{{arguments}}, ...], ...}}')
     return data

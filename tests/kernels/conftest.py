@@ -8,12 +8,13 @@ folder only; in between it is restored, so the rest of the suite still sends CPU
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Iterator
 
 import pytest
 import torch
+
+from tests.conftest import triton_interpret_env
 
 KERNEL_MODULES = [
     "engine.kernels.rms_norm.triton",
@@ -26,17 +27,10 @@ KERNEL_MODULES = [
 
 
 def _import_interpreted() -> None:
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
+    with triton_interpret_env():
         for name in KERNEL_MODULES:
             # A module imported earlier without the variable holds GPU-compiled kernels: decorate it again.
             importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
 
 
 _import_interpreted()
