@@ -22,7 +22,9 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -80,6 +82,19 @@ class Bench:
         self.dry_run = dry_run
         self.rows: list[str] = []
         self.failures: list[str] = []
+
+    @contextmanager
+    def section(self, name: str) -> Iterator[None]:
+        """Runs one check; an exception is printed and counted as a failure, and the next check still runs."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - one broken kernel must not hide the others' figures
+            traceback.print_exc()
+            line = f"ERROR {name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            print("  " + line, flush=True)
+            self.failures.append(line)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -148,197 +163,234 @@ def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
     print("\n== kernels: bf16 correctness and time against the floor ==", flush=True)
 
     for tokens in (1, s.prefill):
-        x = torch.randn(tokens, s.hidden, device=dev, dtype=bf16)
-        res = torch.randn_like(x)
-        w = 0.1 * torch.randn(s.hidden, device=dev, dtype=bf16)
-        y, h = rms_tri.rms_norm(x, w, 1e-6, residual=res)
-        y_ref, h_ref = rms_ref.rms_norm(x, w, 1e-6, residual=res)
-        bench.check(f"rms_norm+residual T={tokens}", y, y_ref, 1e-2 * loose)
-        bench.check(f"rms_norm residual sum T={tokens}", h, h_ref, 1e-2 * loose)
-        bench.timed(
-            f"rms_norm+residual T={tokens}",
-            partial(rms_tri.rms_norm, x, w, 1e-6, residual=res),
-            4 * x.numel() * 2,
-            0,
-            ceil,
-        )
+        with bench.section(f"rms_norm T={tokens}"):
+            x = torch.randn(tokens, s.hidden, device=dev, dtype=bf16)
+            res = torch.randn_like(x)
+            w = 0.1 * torch.randn(s.hidden, device=dev, dtype=bf16)
+            y, h = rms_tri.rms_norm(x, w, 1e-6, residual=res)
+            y_ref, h_ref = rms_ref.rms_norm(x, w, 1e-6, residual=res)
+            bench.check(f"rms_norm+residual T={tokens}", y, y_ref, 1e-2 * loose)
+            bench.check(f"rms_norm residual sum T={tokens}", h, h_ref, 1e-2 * loose)
+            bench.timed(
+                f"rms_norm+residual T={tokens}",
+                partial(rms_tri.rms_norm, x, w, 1e-6, residual=res),
+                4 * x.numel() * 2,
+                0,
+                ceil,
+            )
 
-        xg = torch.randn(tokens, s.heads_v, s.head_dim, device=dev, dtype=bf16)
-        gate = torch.randn_like(xg)
-        wg = 1 + 0.1 * torch.randn(s.head_dim, device=dev, dtype=bf16)
-        bench.check(
-            f"gated_rms_norm T={tokens}",
-            gated_tri.gated_rms_norm(xg, gate, wg, 1e-6),
-            gated_ref.gated_rms_norm(xg, gate, wg, 1e-6),
-            1e-2 * loose,
-        )
-        bench.timed(
-            f"gated_rms_norm T={tokens}",
-            partial(gated_tri.gated_rms_norm, xg, gate, wg, 1e-6),
-            3 * xg.numel() * 2,
-            0,
-            ceil,
-        )
+        with bench.section(f"gated_rms_norm T={tokens}"):
+            xg = torch.randn(tokens, s.heads_v, s.head_dim, device=dev, dtype=bf16)
+            gate = torch.randn_like(xg)
+            wg = 1 + 0.1 * torch.randn(s.head_dim, device=dev, dtype=bf16)
+            bench.check(
+                f"gated_rms_norm T={tokens}",
+                gated_tri.gated_rms_norm(xg, gate, wg, 1e-6),
+                gated_ref.gated_rms_norm(xg, gate, wg, 1e-6),
+                1e-2 * loose,
+            )
+            bench.timed(
+                f"gated_rms_norm T={tokens}",
+                partial(gated_tri.gated_rms_norm, xg, gate, wg, 1e-6),
+                3 * xg.numel() * 2,
+                0,
+                ceil,
+            )
 
-        logits = torch.randn(tokens, s.experts, device=dev, dtype=bf16)
-        wt, ids = router_tri.router_topk(logits, s.top_k)
-        wt_ref, ids_ref = router_ref.router_topk(logits, s.top_k)
-        bench.check(
-            f"router_topk weights T={tokens}",
-            wt.gather(1, ids.argsort(1)),
-            wt_ref.gather(1, ids_ref.argsort(1)),
-            1e-5,
-        )
-        same = (ids.sort(1).values == ids_ref.sort(1).values).float().mean().item()
-        print(
-            f"  {'ok  ' if same > 0.99 else 'FAIL'} router_topk ids T={tokens}: {same:.4f} of picks equal (bf16 ties aside)"
-        )
-        bench.timed(
-            f"router_topk T={tokens}",
-            partial(router_tri.router_topk, logits, s.top_k),
-            logits.numel() * 2 + tokens * s.top_k * 12,
-            0,
-            ceil,
-        )
+        with bench.section(f"router_topk T={tokens}"):
+            logits = torch.randn(tokens, s.experts, device=dev, dtype=bf16)
+            wt, ids = router_tri.router_topk(logits, s.top_k)
+            wt_ref, ids_ref = router_ref.router_topk(logits, s.top_k)
+            bench.check(
+                f"router_topk weights T={tokens}",
+                wt.gather(1, ids.argsort(1)),
+                wt_ref.gather(1, ids_ref.argsort(1)),
+                1e-5,
+            )
+            same = (ids.sort(1).values == ids_ref.sort(1).values).float().mean().item()
+            print(
+                f"  {'ok  ' if same > 0.99 else 'FAIL'} router_topk ids T={tokens}: {same:.4f} of picks equal (bf16 ties aside)"
+            )
+            bench.timed(
+                f"router_topk T={tokens}",
+                partial(router_tri.router_topk, logits, s.top_k),
+                logits.numel() * 2 + tokens * s.top_k * 12,
+                0,
+                ceil,
+            )
 
-        xc = torch.randn(1, tokens, s.conv_dim, device=dev, dtype=bf16)
-        wc = torch.randn(s.conv_dim, s.conv_width, device=dev, dtype=bf16) / 2
-        st = torch.randn(1, s.conv_dim, s.conv_width, device=dev, dtype=bf16)
-        yc, nst = conv_tri.causal_conv1d(xc, wc, conv_state=st)
-        yc_ref, nst_ref = conv_ref.causal_conv1d(xc, wc, conv_state=st)
-        bench.check(f"causal_conv1d T={tokens}", yc, yc_ref, 1e-2 * loose)
-        bench.check(f"causal_conv1d new state T={tokens}", nst, nst_ref, 1e-6)
-        bench.timed(
-            f"causal_conv1d T={tokens}",
-            partial(conv_tri.causal_conv1d, xc, wc, conv_state=st),
-            2 * xc.numel() * 2,
-            0,
-            ceil,
-        )
+        with bench.section(f"causal_conv1d T={tokens}"):
+            xc = torch.randn(1, tokens, s.conv_dim, device=dev, dtype=bf16)
+            wc = torch.randn(s.conv_dim, s.conv_width, device=dev, dtype=bf16) / 2
+            st = torch.randn(1, s.conv_dim, s.conv_width, device=dev, dtype=bf16)
+            yc, nst = conv_tri.causal_conv1d(xc, wc, conv_state=st)
+            yc_ref, nst_ref = conv_ref.causal_conv1d(xc, wc, conv_state=st)
+            bench.check(f"causal_conv1d T={tokens}", yc, yc_ref, 1e-2 * loose)
+            bench.check(f"causal_conv1d new state T={tokens}", nst, nst_ref, 1e-6)
+            bench.timed(
+                f"causal_conv1d T={tokens}",
+                partial(conv_tri.causal_conv1d, xc, wc, conv_state=st),
+                2 * xc.numel() * 2,
+                0,
+                ceil,
+            )
 
     for batch in (1, 32):
-        xu = torch.randn(batch, s.conv_dim, device=dev, dtype=bf16)
-        wc = torch.randn(s.conv_dim, s.conv_width, device=dev, dtype=bf16) / 2
-        st = torch.randn(batch, s.conv_dim, s.conv_width, device=dev, dtype=bf16)
-        st_ref = st.clone()
-        bench.check(
-            f"causal_conv1d_update B={batch}",
-            conv_tri.causal_conv1d_update(xu, wc, st),
-            conv_ref.causal_conv1d_update(xu, wc, st_ref),
-            1e-2 * loose,
-        )
-        bench.check(f"causal_conv1d_update state B={batch}", st, st_ref, 1e-6)
-        bench.timed(
-            f"causal_conv1d_update B={batch}",
-            partial(conv_tri.causal_conv1d_update, xu, wc, st),
-            2 * st.numel() * 2 + 2 * xu.numel() * 2,
-            0,
-            ceil,
-        )
+        with bench.section(f"causal_conv1d_update B={batch}"):
+            xu = torch.randn(batch, s.conv_dim, device=dev, dtype=bf16)
+            wc = torch.randn(s.conv_dim, s.conv_width, device=dev, dtype=bf16) / 2
+            st = torch.randn(batch, s.conv_dim, s.conv_width, device=dev, dtype=bf16)
+            st_ref = st.clone()
+            bench.check(
+                f"causal_conv1d_update B={batch}",
+                conv_tri.causal_conv1d_update(xu, wc, st),
+                conv_ref.causal_conv1d_update(xu, wc, st_ref),
+                1e-2 * loose,
+            )
+            bench.check(f"causal_conv1d_update state B={batch}", st, st_ref, 1e-6)
+            bench.timed(
+                f"causal_conv1d_update B={batch}",
+                partial(conv_tri.causal_conv1d_update, xu, wc, st),
+                2 * st.numel() * 2 + 2 * xu.numel() * 2,
+                0,
+                ceil,
+            )
 
     w_gate_up = torch.randn(s.experts, 2 * s.inter, s.hidden, device=dev, dtype=bf16) / s.hidden**0.5
     w_down = torch.randn(s.experts, s.hidden, s.inter, device=dev, dtype=bf16) / s.inter**0.5
     expert_bytes = 3 * s.inter * s.hidden * 2
     for tokens in s.moe_tokens:
-        x = torch.randn(tokens, s.hidden, device=dev, dtype=bf16)
-        # Several routings, cycled while timing, so that the touched experts are not all sitting in L2.
-        routings = [
-            router_ref.router_topk(torch.randn(tokens, s.experts, device=dev), s.top_k) for _ in range(8)
-        ]
-        wt, ids = routings[0]
-        out = moe_tri.fused_moe(x, w_gate_up, w_down, wt.to(bf16), ids)
-        bench.check(
-            f"fused_moe T={tokens}",
-            out,
-            moe_ref.fused_moe(x, w_gate_up, w_down, wt.to(bf16), ids),
-            1e-2 * loose,
-        )
-        touched = sum(r[1].unique().numel() for r in routings) / len(routings)
-        turn = iter(range(10**9))
+        with bench.section(f"fused_moe T={tokens}"):
+            x = torch.randn(tokens, s.hidden, device=dev, dtype=bf16)
+            # Several routings, cycled while timing, so that the touched experts are not all sitting in L2.
+            routings = [
+                router_ref.router_topk(torch.randn(tokens, s.experts, device=dev), s.top_k) for _ in range(8)
+            ]
+            wt, ids = routings[0]
+            out = moe_tri.fused_moe(x, w_gate_up, w_down, wt.to(bf16), ids)
+            bench.check(
+                f"fused_moe T={tokens}",
+                out,
+                moe_ref.fused_moe(x, w_gate_up, w_down, wt.to(bf16), ids),
+                1e-2 * loose,
+            )
+            touched = sum(r[1].unique().numel() for r in routings) / len(routings)
+            turn = iter(range(10**9))
 
-        def run_moe(x=x, routings=routings, turn=turn):
-            wt, ids = routings[next(turn) % len(routings)]
-            return moe_tri.fused_moe(x, w_gate_up, w_down, wt, ids)
+            def run_moe(x=x, routings=routings, turn=turn):
+                wt, ids = routings[next(turn) % len(routings)]
+                return moe_tri.fused_moe(x, w_gate_up, w_down, wt, ids)
 
-        flops = 2 * tokens * s.top_k * 3 * s.inter * s.hidden
-        bench.timed(
-            f"fused_moe T={tokens} ({touched:.0f} experts)",
-            run_moe,
-            touched * expert_bytes + 2 * x.numel() * 2,
-            flops,
-            ceil,
-        )
+            flops = 2 * tokens * s.top_k * 3 * s.inter * s.hidden
+            bench.timed(
+                f"fused_moe T={tokens} ({touched:.0f} experts)",
+                run_moe,
+                touched * expert_bytes + 2 * x.numel() * 2,
+                flops,
+                ceil,
+            )
 
     hk, hv, d = s.heads_k, s.heads_v, s.head_dim
     for name, cu in (
         ("one sequence", None),
         ("3 packed", [0, min(1000, s.prefill // 4), s.prefill // 2, s.prefill]),
     ):
-        tokens = s.prefill
-        q = torch.randn(1, tokens, hk, d, device=dev, dtype=bf16)
-        k = torch.randn(1, tokens, hk, d, device=dev, dtype=bf16)
-        v = torch.randn(1, tokens, hv, d, device=dev, dtype=bf16)
-        g = torch.nn.functional.logsigmoid(torch.randn(1, tokens, hv, device=dev)) / 4
-        beta = torch.rand(1, tokens, hv, device=dev, dtype=bf16)
-        cu_t = None if cu is None else torch.tensor(cu, device=dev, dtype=torch.int32)
-        n = 1 if cu is None else len(cu) - 1
-        h0 = torch.randn(n, hv, d, d, device=dev) / d
-        kwargs = dict(
-            initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_t
-        )
-        o, ht = gdr_tri.chunk_gated_delta_rule(q, k, v, g, beta, **kwargs)
-        o_ref, ht_ref = gdr_ref.chunk_gated_delta_rule(
-            q.float(), k.float(), v.float(), g, beta.float(), **kwargs
-        )
-        bench.check(f"chunk_gated_delta_rule T={tokens} {name}", o, o_ref.to(bf16), 5e-3 * loose)
-        bench.check(f"chunk_gated_delta_rule state {name}", ht, ht_ref, 5e-3 * loose)
-        if cu is None:
-            io = 2 * q.numel() * 2 + 2 * v.numel() * 2 + g.numel() * 6
-            # Useful work per token and value head: the state read and update (4 K V) and the in-chunk terms.
-            flops = 2 * tokens * hv * (4 * d * d + 2 * 64 * d + 64 * d)
-            default_precision = gdr_tri._DOT_PRECISION
-            for precision in (default_precision, "ieee"):  # tf32 matrix products vs full fp32 (the fallback)
-                gdr_tri._DOT_PRECISION = precision
-                if precision != default_precision:
-                    o, _ = gdr_tri.chunk_gated_delta_rule(q, k, v, g, beta, **kwargs)
-                    bench.check(
-                        f"chunk_gated_delta_rule T={tokens} dots {precision}", o, o_ref.to(bf16), 5e-3 * loose
+        with bench.section(f"chunk_gated_delta_rule {name}"):
+            tokens = s.prefill
+            q = torch.randn(1, tokens, hk, d, device=dev, dtype=bf16)
+            k = torch.randn(1, tokens, hk, d, device=dev, dtype=bf16)
+            v = torch.randn(1, tokens, hv, d, device=dev, dtype=bf16)
+            g = torch.nn.functional.logsigmoid(torch.randn(1, tokens, hv, device=dev)) / 4
+            beta = torch.rand(1, tokens, hv, device=dev, dtype=bf16)
+            cu_t = None if cu is None else torch.tensor(cu, device=dev, dtype=torch.int32)
+            n = 1 if cu is None else len(cu) - 1
+            h0 = torch.randn(n, hv, d, d, device=dev) / d
+            kwargs = dict(
+                initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_t
+            )
+            o, ht = gdr_tri.chunk_gated_delta_rule(q, k, v, g, beta, **kwargs)
+            o_ref, ht_ref = gdr_ref.chunk_gated_delta_rule(
+                q.float(), k.float(), v.float(), g, beta.float(), **kwargs
+            )
+            bench.check(f"chunk_gated_delta_rule T={tokens} {name}", o, o_ref.to(bf16), 5e-3 * loose)
+            bench.check(f"chunk_gated_delta_rule state {name}", ht, ht_ref, 5e-3 * loose)
+            if cu is None:
+                io = 2 * q.numel() * 2 + 2 * v.numel() * 2 + g.numel() * 6
+                # Useful work per token and value head: the state read and update (4 K V) and the in-chunk terms.
+                flops = 2 * tokens * hv * (4 * d * d + 2 * 64 * d + 64 * d)
+                default_precision = gdr_tri._DOT_PRECISION
+                for precision in (
+                    default_precision,
+                    "ieee",
+                ):  # tf32 matrix products vs full fp32 (the fallback)
+                    gdr_tri._DOT_PRECISION = precision
+                    if precision != default_precision:
+                        o, _ = gdr_tri.chunk_gated_delta_rule(q, k, v, g, beta, **kwargs)
+                        bench.check(
+                            f"chunk_gated_delta_rule T={tokens} dots {precision}",
+                            o,
+                            o_ref.to(bf16),
+                            5e-3 * loose,
+                        )
+                    bench.timed(
+                        f"chunk_gated_delta_rule T={tokens} dots {precision}",
+                        partial(gdr_tri.chunk_gated_delta_rule, q, k, v, g, beta, **kwargs),
+                        io,
+                        flops,
+                        ceil,
                     )
-                bench.timed(
-                    f"chunk_gated_delta_rule T={tokens} dots {precision}",
-                    partial(gdr_tri.chunk_gated_delta_rule, q, k, v, g, beta, **kwargs),
-                    io,
-                    flops,
-                    ceil,
-                )
-            gdr_tri._DOT_PRECISION = default_precision
+                gdr_tri._DOT_PRECISION = default_precision
 
     slots = 16
     for batch in (1, 32):
-        q = torch.randn(batch, 1, hk, d, device=dev, dtype=bf16)
-        k = torch.randn(batch, 1, hk, d, device=dev, dtype=bf16)
-        v = torch.randn(batch, 1, hv, d, device=dev, dtype=bf16)
-        g = torch.nn.functional.logsigmoid(torch.randn(batch, 1, hv, device=dev))
-        beta = torch.rand(batch, 1, hv, device=dev, dtype=bf16)
-        states = torch.randn(slots, batch, hv, d, d, device=dev) / d
-        ref_state = states[0].clone()
-        o, _ = gdr_tri.fused_recurrent_gated_delta_rule(
-            q, k, v, g, beta, initial_state=states[0], use_qk_l2norm_in_kernel=True, inplace_final_state=True
-        )
-        o_ref, ht_ref = gdr_ref.recurrent_gated_delta_rule(
-            q, k, v, g, beta, initial_state=ref_state, output_final_state=True, use_qk_l2norm_in_kernel=True
-        )
-        bench.check(f"fused_recurrent (decode) B={batch}", o, o_ref, 2e-3 * loose)
-        bench.check(f"fused_recurrent state in place B={batch}", states[0], ht_ref, 2e-3 * loose)
-        turn = iter(range(10**9))
-
-        def run_recurrent(q=q, k=k, v=v, g=g, beta=beta, states=states, turn=turn):
-            state = states[next(turn) % slots]
-            return gdr_tri.fused_recurrent_gated_delta_rule(
-                q, k, v, g, beta, initial_state=state, use_qk_l2norm_in_kernel=True, inplace_final_state=True
+        with bench.section(f"fused_recurrent B={batch}"):
+            q = torch.randn(batch, 1, hk, d, device=dev, dtype=bf16)
+            k = torch.randn(batch, 1, hk, d, device=dev, dtype=bf16)
+            v = torch.randn(batch, 1, hv, d, device=dev, dtype=bf16)
+            g = torch.nn.functional.logsigmoid(torch.randn(batch, 1, hv, device=dev))
+            beta = torch.rand(batch, 1, hv, device=dev, dtype=bf16)
+            states = torch.randn(slots, batch, hv, d, d, device=dev) / d
+            ref_state = states[0].clone()
+            o, _ = gdr_tri.fused_recurrent_gated_delta_rule(
+                q,
+                k,
+                v,
+                g,
+                beta,
+                initial_state=states[0],
+                use_qk_l2norm_in_kernel=True,
+                inplace_final_state=True,
             )
+            o_ref, ht_ref = gdr_ref.recurrent_gated_delta_rule(
+                q,
+                k,
+                v,
+                g,
+                beta,
+                initial_state=ref_state,
+                output_final_state=True,
+                use_qk_l2norm_in_kernel=True,
+            )
+            bench.check(f"fused_recurrent (decode) B={batch}", o, o_ref, 2e-3 * loose)
+            bench.check(f"fused_recurrent state in place B={batch}", states[0], ht_ref, 2e-3 * loose)
+            turn = iter(range(10**9))
 
-        bench.timed(f"fused_recurrent (decode) B={batch}", run_recurrent, 2 * states[0].numel() * 4, 0, ceil)
+            def run_recurrent(q=q, k=k, v=v, g=g, beta=beta, states=states, turn=turn):
+                state = states[next(turn) % slots]
+                return gdr_tri.fused_recurrent_gated_delta_rule(
+                    q,
+                    k,
+                    v,
+                    g,
+                    beta,
+                    initial_state=state,
+                    use_qk_l2norm_in_kernel=True,
+                    inplace_final_state=True,
+                )
+
+            bench.timed(
+                f"fused_recurrent (decode) B={batch}", run_recurrent, 2 * states[0].numel() * 4, 0, ceil
+            )
 
 
 def build_random_model(config, device: torch.device, dtype: torch.dtype):
@@ -373,7 +425,6 @@ def model_checks(
 ) -> dict[str, dict[str, float]]:
     """Returns {row: {"eager": tok/s, "graph": tok/s}} for the decode rows and {"prefill": {"eager": tok/s}}."""
     from engine.cache import Cache
-    from engine.cuda_graphs import DecodeGraphRunner
     from engine.forward_batch import ForwardBatch
 
     dev = bench.device
@@ -385,41 +436,77 @@ def model_checks(
     print(f"built {n_params / 1e9:.2f} B params in {time.perf_counter() - start:.1f} s", flush=True)
     results: dict[str, dict[str, float]] = {}
     for row, (batch, context) in contexts.items():
-        cache = Cache(config, num_slots=batch, max_len=context + 8, dtype=dtype, device=dev)
-        # Random KV and states (never zeros: they can run faster than real data).
-        for t in (cache.keys, cache.values, cache.conv):
-            t.normal_(0.0, 1.0)
-        cache.recurrent.normal_(0.0, 0.01)
-        fb = ForwardBatch.build(list(range(batch)), [context] * batch, [1] * batch, dev)
-        ids = torch.randint(0, config.vocab_size, (batch,), device=dev)
-        eager_ms = bench.time_ms(lambda fb=fb, ids=ids, cache=cache: model(ids, fb, cache), reps=200)
-        results[row] = {"eager": batch / (eager_ms * 1e-3)}
-        # On a CPU (--dry-run) the runner is a passthrough: this still runs the static step once per rep.
-        runner = DecodeGraphRunner(
-            lambda i, p, s, cache=cache: model.decode_step(i, p, s, cache),
-            pad_slot_id=cache.pad_slot,
-            batch_sizes=(batch,),
-        )
-        slots = torch.arange(batch, device=dev)
-        positions = torch.full((batch,), context, dtype=torch.long, device=dev)
-        runner(ids, positions, slots)  # capture (CUDA)
-        graph_ms = bench.time_ms(
-            partial(runner, ids, positions, slots), reps=200 if dev.type == "cuda" else 2
-        )
-        results[row]["graph"] = batch / (graph_ms * 1e-3)
-        print(f"  {row}: " + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in results[row].items()), flush=True)
-        del cache
+        with bench.section(f"model {row}"):
+            results[row] = decode_row(bench, model, config, dtype, batch, context)
+            print(
+                f"  {row}: " + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in results[row].items()), flush=True
+            )
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    cache = Cache(config, num_slots=1, max_len=prefill + 8, dtype=dtype, device=dev)
-    fb = ForwardBatch.build([0], [0], [prefill], dev)
-    ids = torch.randint(0, config.vocab_size, (prefill,), device=dev)
-    ms = bench.time_ms(lambda: model(ids, fb, cache), reps=5)
-    results[f"prefill {prefill // 1024}k" if prefill >= 1024 else f"prefill {prefill}"] = {
-        "eager": prefill / (ms * 1e-3)
-    }
-    print(f"  prefill {prefill} tokens: {prefill / (ms * 1e-3):,.0f} tok/s ({ms:.1f} ms)", flush=True)
+    row = f"prefill {prefill // 1024}k" if prefill >= 1024 else f"prefill {prefill}"
+    with bench.section(f"model {row}"):
+        cache = Cache(config, num_slots=1, max_len=prefill + 8, dtype=dtype, device=dev)
+        fb = ForwardBatch.build([0], [0], [prefill], dev)
+        ids = torch.randint(0, config.vocab_size, (prefill,), device=dev)
+        ms = bench.time_ms(lambda: model(ids, fb, cache), reps=5)
+        results[row] = {"eager": prefill / (ms * 1e-3)}
+        print(f"  prefill {prefill} tokens: {prefill / (ms * 1e-3):,.0f} tok/s ({ms:.1f} ms)", flush=True)
+    if dev.type == "cuda":
+        with bench.section("profile of one eager b1 decode step"):
+            profile_decode_step(model, config, dtype, dev)
     return results
+
+
+def decode_row(bench: Bench, model, config, dtype: torch.dtype, batch: int, context: int) -> dict[str, float]:
+    """Decode tok/s for `batch` sequences at `context` tokens: eager forward, then the captured static step."""
+    from engine.cache import Cache
+    from engine.cuda_graphs import DecodeGraphRunner
+    from engine.forward_batch import ForwardBatch
+
+    dev = bench.device
+    cache = Cache(config, num_slots=batch, max_len=context + 8, dtype=dtype, device=dev)
+    # Random KV and states (never zeros: they can run faster than real data).
+    for t in (cache.keys, cache.values, cache.conv):
+        t.normal_(0.0, 1.0)
+    cache.recurrent.normal_(0.0, 0.01)
+    fb = ForwardBatch.build(list(range(batch)), [context] * batch, [1] * batch, dev)
+    ids = torch.randint(0, config.vocab_size, (batch,), device=dev)
+    eager_ms = bench.time_ms(lambda: model(ids, fb, cache), reps=200)
+    result = {"eager": batch / (eager_ms * 1e-3)}
+    # On a CPU (--dry-run) the runner is a passthrough: this still runs the static step once per rep.
+    runner = DecodeGraphRunner(
+        lambda i, p, s: model.decode_step(i, p, s, cache), pad_slot_id=cache.pad_slot, batch_sizes=(batch,)
+    )
+    slots = torch.arange(batch, device=dev)
+    positions = torch.full((batch,), context, dtype=torch.long, device=dev)
+    runner(ids, positions, slots)  # capture (CUDA)
+    graph_ms = bench.time_ms(partial(runner, ids, positions, slots), reps=200 if dev.type == "cuda" else 2)
+    result["graph"] = batch / (graph_ms * 1e-3)
+    return result
+
+
+def profile_decode_step(model, config, dtype: torch.dtype, dev: torch.device) -> None:
+    """Where one eager batch-1 decode step at 2k context spends GPU time: the next tuning targets."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from engine.cache import Cache
+    from engine.forward_batch import ForwardBatch
+
+    cache = Cache(config, num_slots=1, max_len=2048 + 8, dtype=dtype, device=dev)
+    fb = ForwardBatch.build([0], [2048], [1], dev)
+    ids = torch.randint(0, config.vocab_size, (1,), device=dev)
+    for _ in range(3):
+        model(ids, fb, cache)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            model(ids, fb, cache)
+        torch.cuda.synchronize()
+    print("\n== profile: 5 eager b1 decode steps at 2k ==", flush=True)
+    print(
+        prof.key_averages().table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=60),
+        flush=True,
+    )
 
 
 def summary(results: dict[str, dict[str, float]]) -> str:
