@@ -116,8 +116,9 @@ class LLM:
     ) -> None:
         """`static_decode`: decode through the capture-safe step and CUDA graphs (default: on CUDA only; on a CPU
         the eager step is faster, since it reads just the cached span and slot views without gathers).
-        `compile_decode` (CPU only; default from `AW_COMPILE=1`): run decode batches' routed experts through a
-        `torch.compile`d gathered kernel, compiled on first use of each batch size (seconds each)."""
+        `compile_decode` (CPU only; default from `AW_COMPILE=1`): run decode batches through `torch.compile`d
+        per-layer regions (`DecodeRegions` in `engine/models/qwen3_5_moe.py`), compiled on first use of each batch
+        size (seconds each)."""
         from transformers import AutoTokenizer
 
         self.model_path = resolve_model_path(model)
@@ -131,7 +132,7 @@ class LLM:
         if compile_decode is None:
             compile_decode = os.environ.get("AW_COMPILE", "0").strip().lower() in ("1", "true", "on", "yes")
         if compile_decode and self.device.type == "cpu":
-            self.model.compile_decode_experts()
+            self.model.compile_decode()
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
         self.cache = self._allocate_cache(max_model_len, max_num_seqs, cache_memory_gb)
         self._lock = threading.Lock()

@@ -10,6 +10,7 @@ from engine.cache import Cache
 from engine.config import Config
 from engine.forward_batch import ForwardBatch
 from engine.layers.fused_linear import fuse_linear_weights
+from engine.layers.linear import linear
 from engine.layers.norms import RMSNorm
 from engine.layers.rotary import apply_rotary
 
@@ -38,7 +39,7 @@ class GatedAttention(nn.Module):
         if self.fused_qkv_proj is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         kv = self.num_kv_heads * self.head_dim
-        return F.linear(x, self.fused_qkv_proj).split([2 * self.num_heads * self.head_dim, kv, kv], dim=-1)
+        return linear(x, self.fused_qkv_proj).split([2 * self.num_heads * self.head_dim, kv, kv], dim=-1)
 
     def forward(
         self,
@@ -63,7 +64,7 @@ class GatedAttention(nn.Module):
         else:
             out = self._prefill(q, k, v, keys, values, batch)
         out = out.reshape(tokens, self.num_heads * self.head_dim) * torch.sigmoid(gate.reshape(tokens, -1))
-        return self.o_proj(out)
+        return linear(out, self.o_proj.weight)
 
     def _prefill(
         self,

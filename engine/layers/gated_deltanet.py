@@ -14,8 +14,10 @@ from engine.kernels import (
     causal_conv1d_update,
     chunk_gated_delta_rule,
     fused_recurrent_gated_delta_rule,
+    gated_rms_norm,
 )
 from engine.layers.fused_linear import fuse_linear_weights
+from engine.layers.linear import linear
 from engine.layers.norms import GatedRMSNorm
 
 
@@ -52,63 +54,54 @@ class GatedDeltaNet(nn.Module):
             self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
         )
 
-    def _in_proj(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if self.fused_in_proj is None:
-            return self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
-        heads = self.num_v_heads
-        return F.linear(x, self.fused_in_proj).split([self.conv_dim, self.value_dim, heads, heads], dim=-1)
+    def decode_weights(self) -> tuple[torch.Tensor, ...]:
+        """What `deltanet_decode` reads, in its argument order (after the input)."""
+        in_proj = self.fused_in_proj
+        if in_proj is None:
+            in_proj = torch.cat(
+                [m.weight for m in (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)]
+            )
+        conv_weight = self.conv1d.weight.view(self.conv_dim, -1)
+        return in_proj, conv_weight, self.A_log, self.dt_bias, self.norm.weight, self.out_proj.weight
+
+    def decode_dims(self) -> tuple[int, int, int, int, float]:
+        return self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim, self.norm.eps
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: Cache) -> torch.Tensor:
-        tokens = x.shape[0]
-        qkv, z, b, a = self._in_proj(x)
-        z = z.reshape(tokens, self.num_v_heads, self.head_v_dim)
-        beta = torch.sigmoid(b)  # in the model dtype, as the reference does
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
-
-        conv_weight = self.conv1d.weight.view(self.conv1d.weight.shape[0], -1)
         conv_cache = cache.conv[self.cache_index]
         state_cache = cache.recurrent[self.cache_index]
         conv_state = batch.select(conv_cache)
         state = batch.select(state_cache)
         if batch.is_decode:
-            mixed = causal_conv1d_update(
-                qkv, conv_weight, conv_state
-            )  # [N, conv_dim], state updated in place
-            q, k, v = self._split_heads(mixed, tokens)
-            o, _ = fused_recurrent_gated_delta_rule(
-                q[:, None],
-                k[:, None],
-                v[:, None],
-                g[:, None],
-                beta[:, None],
-                initial_state=state,
-                use_qk_l2norm_in_kernel=True,
-                inplace_final_state=True,
-            )
-            o = o[:, 0]
+            out = deltanet_decode(x, *self.decode_weights(), conv_state, state, *self.decode_dims())
             batch.write_back(conv_cache, conv_state)
             batch.write_back(state_cache, state)
-        else:
-            mixed, new_conv_state = causal_conv1d(
-                qkv[None], conv_weight, conv_state=conv_state, cu_seqlens=batch.cu_seqlens
-            )
-            q, k, v = self._split_heads(mixed[0], tokens)
-            o, new_state = chunk_gated_delta_rule(
-                q[None],
-                k[None],
-                v[None],
-                g[None],
-                beta[None],
-                initial_state=state,
-                output_final_state=True,
-                use_qk_l2norm_in_kernel=True,
-                cu_seqlens=batch.cu_seqlens,
-            )
-            o = o[0]
-            batch.write_back(conv_cache, new_conv_state)
-            batch.write_back(state_cache, new_state)
-        o = self.norm(o, z).reshape(tokens, self.value_dim)
-        return self.out_proj(o)
+            return out
+
+        tokens = x.shape[0]
+        in_proj, conv_weight, A_log, dt_bias, norm_weight, out_proj = self.decode_weights()
+        qkv, z, b, a = _split_in_proj(linear(x, in_proj), *self.decode_dims()[:4])
+        beta, g = _gates(b, a, A_log, dt_bias)
+        mixed, new_conv_state = causal_conv1d(
+            qkv[None], conv_weight, conv_state=conv_state, cu_seqlens=batch.cu_seqlens
+        )
+        q, k, v = self._split_heads(mixed[0], tokens)
+        o, new_state = chunk_gated_delta_rule(
+            q[None],
+            k[None],
+            v[None],
+            g[None],
+            beta[None],
+            initial_state=state,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+            cu_seqlens=batch.cu_seqlens,
+        )
+        batch.write_back(conv_cache, new_conv_state)
+        batch.write_back(state_cache, new_state)
+        z = z.reshape(tokens, self.num_v_heads, self.head_v_dim)
+        o = self.norm(o[0], z).reshape(tokens, self.value_dim)
+        return linear(o, out_proj)
 
     def _split_heads(
         self, mixed: torch.Tensor, tokens: int
@@ -119,3 +112,57 @@ class GatedDeltaNet(nn.Module):
             k.reshape(tokens, self.num_k_heads, self.head_k_dim),
             v.reshape(tokens, self.num_v_heads, self.head_v_dim),
         )
+
+
+def _split_in_proj(
+    projected: torch.Tensor, heads_k: int, heads_v: int, dim_k: int, dim_v: int
+) -> tuple[torch.Tensor, ...]:
+    """The fused input projection's output -> qkv (conv channels q | k | v), z, b, a."""
+    conv_dim = 2 * heads_k * dim_k + heads_v * dim_v
+    return projected.split([conv_dim, heads_v * dim_v, heads_v, heads_v], dim=-1)
+
+
+def _gates(
+    b: torch.Tensor, a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """beta = sigmoid(b) in the model dtype (as the reference does); log-decay g = -exp(A_log) softplus(a + dt_bias)
+    in fp32."""
+    return torch.sigmoid(b), -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+
+
+def deltanet_decode(
+    x: torch.Tensor,
+    in_proj: torch.Tensor,
+    conv_weight: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    norm_weight: torch.Tensor,
+    out_proj: torch.Tensor,
+    conv_state: torch.Tensor,
+    state: torch.Tensor,
+    heads_k: int,
+    heads_v: int,
+    dim_k: int,
+    dim_v: int,
+    eps: float,
+) -> torch.Tensor:
+    """One token of every sequence through the layer: x [B, hidden] -> [B, hidden], with conv_state [B, conv_dim,
+    width] and the fp32 state [B, HV, K, V] updated in place. Tensors and numbers only (no module), so one
+    `torch.compile` graph serves every DeltaNet layer (see `engine/models/qwen3_5_moe.py`, `compile_decode`)."""
+    tokens = x.shape[0]
+    qkv, z, b, a = _split_in_proj(linear(x, in_proj), heads_k, heads_v, dim_k, dim_v)
+    beta, g = _gates(b, a, A_log, dt_bias)
+    mixed = causal_conv1d_update(qkv, conv_weight, conv_state)  # [B, conv_dim], conv_state shifted in place
+    q, k, v = mixed.split([heads_k * dim_k, heads_k * dim_k, heads_v * dim_v], dim=-1)
+    o, _ = fused_recurrent_gated_delta_rule(
+        q.reshape(tokens, 1, heads_k, dim_k),
+        k.reshape(tokens, 1, heads_k, dim_k),
+        v.reshape(tokens, 1, heads_v, dim_v),
+        g[:, None],
+        beta[:, None],
+        initial_state=state,
+        use_qk_l2norm_in_kernel=True,
+        inplace_final_state=True,
+    )
+    o = gated_rms_norm(o[:, 0], z.reshape(tokens, heads_v, dim_v), norm_weight, eps)
+    return linear(o.reshape(tokens, heads_v * dim_v), out_proj)

@@ -10,6 +10,7 @@ from engine.config import Config
 from engine.kernels import fused_moe, router_topk
 from engine.kernels.fused_moe.gathered import MoeFn
 from engine.layers.fused_linear import fuse_linear_weights
+from engine.layers.linear import linear
 
 
 class Experts(nn.Module):
@@ -22,14 +23,13 @@ class Experts(nn.Module):
 
 
 class SharedExpert(nn.Module):
+    """Its SwiGLU runs inside `moe`, on the fused input projection."""
+
     def __init__(self, hidden: int, inter: int) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class SparseMoeBlock(nn.Module):
@@ -43,13 +43,6 @@ class SparseMoeBlock(nn.Module):
         self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 
         self.fused_input_proj: torch.Tensor | None = None  # set by `fuse_weights`
-        self.decode_experts: MoeFn | None = None  # set by `use_decode_experts`
-        # The gathered form reads one expert per (token, expert) pair: worth it while the pairs are few.
-        self.max_gathered_tokens = max(1, 2 * config.num_experts // self.top_k)
-
-    def use_decode_experts(self, experts: MoeFn) -> None:
-        """Run decode-sized CPU batches through `experts` (the compiled gathered form, see `gathered.py`)."""
-        self.decode_experts = experts
 
     def fuse_weights(self) -> None:
         """Everything that reads the block's input as one GEMM: [router | shared gate | shared up | shared
@@ -59,20 +52,41 @@ class SparseMoeBlock(nn.Module):
             self.gate, shared.gate_proj, shared.up_proj, self.shared_expert_gate
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused_input_proj is None:
-            router_logits, shared_gate = self.gate(x), self.shared_expert_gate(x)
-            shared = self.shared_expert(x)
-        else:
-            inter = self.shared_expert.gate_proj.weight.shape[0]
-            router_logits, gate, up, shared_gate = F.linear(x, self.fused_input_proj).split(
-                [self.gate.weight.shape[0], inter, inter, 1], dim=-1
+    def moe_weights(self) -> tuple[torch.Tensor, ...]:
+        """What `moe` reads, in its argument order (after the input)."""
+        shared = self.shared_expert
+        input_proj = self.fused_input_proj
+        if input_proj is None:
+            input_proj = torch.cat(
+                [m.weight for m in (self.gate, shared.gate_proj, shared.up_proj, self.shared_expert_gate)]
             )
-            shared = self.shared_expert.down_proj(F.silu(gate) * up)
-        weights, ids = router_topk(router_logits, self.top_k)
-        # The reference rounds the routing weights to the model dtype before mixing the experts.
-        experts = fused_moe
-        if self.decode_experts is not None and x.is_cpu and x.shape[0] <= self.max_gathered_tokens:
-            experts = self.decode_experts
-        routed = experts(x, self.experts.gate_up_proj, self.experts.down_proj, weights.to(x.dtype), ids)
-        return routed + torch.sigmoid(shared_gate) * shared
+        return input_proj, self.experts.gate_up_proj, self.experts.down_proj, shared.down_proj.weight
+
+    def moe_dims(self) -> tuple[int, int, int]:
+        return self.gate.weight.shape[0], self.shared_expert.gate_proj.weight.shape[0], self.top_k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return moe(x, *self.moe_weights(), *self.moe_dims(), experts=fused_moe)
+
+
+def moe(
+    x: torch.Tensor,
+    input_proj: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    shared_down: torch.Tensor,
+    num_experts: int,
+    shared_inter: int,
+    top_k: int,
+    experts: MoeFn,
+) -> torch.Tensor:
+    """x [T, hidden] -> [T, hidden]. `input_proj` is [router | shared gate | shared up | shared expert gate];
+    `experts` runs the routed SwiGLU experts (`fused_moe`, or `gathered_moe` inside a compiled decode graph)."""
+    router_logits, gate, up, shared_gate = linear(x, input_proj).split(
+        [num_experts, shared_inter, shared_inter, 1], dim=-1
+    )
+    shared = linear(F.silu(gate) * up, shared_down)
+    weights, ids = router_topk(router_logits, top_k)
+    # The reference rounds the routing weights to the model dtype before mixing the experts.
+    routed = experts(x, gate_up, down, weights.to(x.dtype), ids)
+    return routed + torch.sigmoid(shared_gate) * shared

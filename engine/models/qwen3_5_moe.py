@@ -11,15 +11,20 @@ from torch import nn
 from engine.cache import Cache
 from engine.config import FULL_ATTENTION, Config
 from engine.forward_batch import ForwardBatch
+from engine.kernels import rms_norm
+from engine.kernels.fused_moe.gathered import gathered_moe
 from engine.layers.attention import GatedAttention
-from engine.layers.gated_deltanet import GatedDeltaNet
-from engine.layers.moe import SparseMoeBlock
+from engine.layers.gated_deltanet import GatedDeltaNet, deltanet_decode
+from engine.layers.linear import linear
+from engine.layers.moe import SparseMoeBlock, moe
 from engine.layers.norms import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 
 
 class DecoderLayer(nn.Module):
     """Pre-norm: h = x + mixer(norm(x)); y = h + moe(norm(h))."""
+
+    decode_region: DecodeRegions | None = None  # set by `Qwen3_5MoeForCausalLM.compile_decode`
 
     def __init__(self, config: Config, layer_type: str, cache_index: int) -> None:
         super().__init__()
@@ -40,6 +45,9 @@ class DecoderLayer(nn.Module):
         batch: ForwardBatch,
         cache: Cache,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        regions = self.decode_region
+        if regions is not None and batch.is_decode and regions.takes(hidden):
+            return self._decode_compiled(regions, hidden, residual, rope, batch, cache)
         if residual is None:
             residual, hidden = hidden, self.input_layernorm(hidden)
         else:
@@ -50,6 +58,102 @@ class DecoderLayer(nn.Module):
             hidden = self.linear_attn(hidden, batch, cache)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
+
+    def _decode_compiled(
+        self,
+        regions: DecodeRegions,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+        cache: Cache,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same function as `forward`, through the compiled regions (the first layer's residual is zero)."""
+        residual = torch.zeros_like(hidden) if residual is None else residual
+        eps = self.input_layernorm.eps
+        moe_args = (self.mlp.moe_weights(), self.mlp.moe_dims())
+        if self.is_full_attention:
+            # Attention stays eager: its KV span grows every step, a new shape for a compiled graph each time.
+            hidden, residual = self.input_layernorm(hidden, residual)
+            hidden = self.self_attn(hidden, rope, batch, cache)
+            return regions.moe_tail(hidden, residual, self.post_attention_layernorm.weight, eps, *moe_args)
+        mixer = self.linear_attn
+        conv_cache, state_cache = cache.conv[mixer.cache_index], cache.recurrent[mixer.cache_index]
+        conv_state, state = batch.select(conv_cache), batch.select(state_cache)
+        out = regions.deltanet_layer(
+            hidden,
+            residual,
+            (self.input_layernorm.weight, self.post_attention_layernorm.weight),
+            eps,
+            mixer.decode_weights(),
+            mixer.decode_dims(),
+            conv_state,
+            state,
+            *moe_args,
+        )
+        batch.write_back(conv_cache, conv_state)
+        batch.write_back(state_cache, state)
+        return out
+
+
+def deltanet_layer_decode(
+    hidden: torch.Tensor,
+    residual: torch.Tensor,
+    norms: tuple[torch.Tensor, torch.Tensor],
+    eps: float,
+    deltanet_weights: tuple[torch.Tensor, ...],
+    deltanet_dims: tuple[int, int, int, int, float],
+    conv_state: torch.Tensor,
+    state: torch.Tensor,
+    moe_weights: tuple[torch.Tensor, ...],
+    moe_dims: tuple[int, int, int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A whole DeltaNet decoder layer for decode tokens: add + norm, mixer, add + norm, MoE (gathered experts)."""
+    x, residual = rms_norm(hidden, norms[0], eps, residual=residual)
+    hidden = deltanet_decode(x, *deltanet_weights, conv_state, state, *deltanet_dims)
+    return moe_tail_decode(hidden, residual, norms[1], eps, moe_weights, moe_dims)
+
+
+def moe_tail_decode(
+    hidden: torch.Tensor,
+    residual: torch.Tensor,
+    post_norm: torch.Tensor,
+    eps: float,
+    moe_weights: tuple[torch.Tensor, ...],
+    moe_dims: tuple[int, int, int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoder layer's second half for decode tokens: add + norm, then the MoE with gathered experts."""
+    x, residual = rms_norm(hidden, post_norm, eps, residual=residual)
+    return moe(x, *moe_weights, *moe_dims, experts=gathered_moe), residual
+
+
+def one_row_logits(hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
+    """Batch-1 logits as a broadcast multiply-sum: compiled, a GEMV split across threads that streams the vocab
+    matrix about 1.6x faster than BLAS does for one row on a CPU (bench/engine_cpu.py's 32k x 512 head)."""
+    return (hidden[:, None, :] * lm_head[None]).sum(-1).float()
+
+
+class DecodeRegions:
+    """CPU decode through two `torch.compile`d regions per layer type, shared by every layer.
+
+    Why: a CPU decode step is hundreds of tiny ops (a [B, 512] norm, gates, a [B, H, 64, 64] state update), each
+    costing 5-15 us of dispatch, more than its arithmetic; Inductor fuses a region into a few C++ loops, with the
+    GEMMs still going to BLAS. The regions take tensors and numbers only, never a module, so every layer reuses
+    one graph per batch size (compiled on first use, seconds each). Attention stays eager (its KV span changes
+    every step), and so does anything past `max_tokens`, where gathered experts stop paying (see `gathered.py`)."""
+
+    def __init__(self, max_tokens: int) -> None:
+        import torch._dynamo
+
+        self.max_tokens = max_tokens
+        # One graph per decode batch size and function: lift dynamo's default of 8 so no size falls back to eager.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * max_tokens + 8)
+        self.deltanet_layer = torch.compile(deltanet_layer_decode, dynamic=False)
+        self.moe_tail = torch.compile(moe_tail_decode, dynamic=False)
+        self.one_row_logits = torch.compile(one_row_logits, dynamic=False)
+
+    def takes(self, hidden: torch.Tensor) -> bool:
+        return hidden.device.type == "cpu" and hidden.shape[0] <= self.max_tokens
 
 
 class TextModel(nn.Module):
@@ -79,6 +183,8 @@ class TextModel(nn.Module):
 
 
 class Qwen3_5MoeForCausalLM(nn.Module):
+    decode_regions: DecodeRegions | None = None  # set by `compile_decode`
+
     def __init__(self, config: Config) -> None:
         super().__init__()
         self.config = config
@@ -93,15 +199,13 @@ class Qwen3_5MoeForCausalLM(nn.Module):
             if module is not self and hasattr(module, "fuse_weights"):
                 module.fuse_weights()
 
-    def compile_decode_experts(self) -> None:
-        """CPU decode: every MoE block runs its few-token batches through one shared compiled expert graph."""
-        from engine.kernels.fused_moe.gathered import compiled_gathered_moe
-        from engine.layers.moe import SparseMoeBlock
-
-        experts = compiled_gathered_moe()
-        for module in self.modules():
-            if isinstance(module, SparseMoeBlock):
-                module.use_decode_experts(experts)
+    def compile_decode(self) -> None:
+        """CPU decode batches (up to 2 * experts / top_k tokens) run through `DecodeRegions`."""
+        config = self.config
+        regions = DecodeRegions(max_tokens=max(1, 2 * config.num_experts // config.num_experts_per_tok))
+        for layer in self.model.layers:
+            layer.decode_region = regions
+        self.decode_regions = regions
 
     @torch.inference_mode()
     def forward(
@@ -112,11 +216,10 @@ class Qwen3_5MoeForCausalLM(nn.Module):
         hidden = self.model(input_ids, batch, cache)
         if not all_logits and not batch.is_decode:
             hidden = hidden[batch.cu_seqlens[1:] - 1]
-        if hidden.device.type == "cpu" and hidden.shape[0] <= 16:
-            # A few rows against the 32k+-row vocab matrix: CPU BLAS runs W @ h^T (the weight as the untransposed
-            # left operand) 1.5-3x faster than h @ W^T, and splits it across threads far better.
-            return (self.lm_head.weight @ hidden.t()).t().float()
-        return self.lm_head(hidden).float()
+        regions = self.decode_regions
+        if regions is not None and batch.is_decode and hidden.shape[0] == 1 and regions.takes(hidden):
+            return regions.one_row_logits(hidden, self.lm_head.weight)
+        return linear(hidden, self.lm_head.weight).float()
 
     @torch.inference_mode()
     def decode_step(

@@ -1,4 +1,4 @@
-"""Routed SwiGLU experts for a few decode tokens, as one `torch.compile` graph (CPU decode).
+"""Routed SwiGLU experts for a few decode tokens, written for `torch.compile` (the CPU decode regions).
 
 Every (token, expert) pair is a GEMV written as a broadcast multiply and sum over the hidden axis, reading its
 expert's rows through `w[ids]`. Inductor fuses that gather into the reduction loop, so no expert weights are
@@ -29,8 +29,3 @@ def gathered_moe(
     act = F.silu(gate_up[..., :inter]) * gate_up[..., inter:]
     out = (act[:, :, None, :] * w_down[topk_ids]).sum(-1)  # [T, K, H]
     return (topk_weights.to(x.dtype)[..., None] * out).sum(1)
-
-
-def compiled_gathered_moe() -> MoeFn:
-    """Compiled once per token count (static shapes: a decode batch size), shared by every layer."""
-    return torch.compile(gathered_moe, dynamic=False)
