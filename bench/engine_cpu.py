@@ -3,10 +3,11 @@
 Model: 8 layers (6 Gated DeltaNet + 2 attention), hidden 512, 64 experts top-8, expert intermediate 128,
 vocab 32000, fp32, 2 threads. Rows: prefill tok/s (one 512-token prompt), decode tok/s at batch 1 and batch 8.
 
-    .venv/bin/python bench/engine_cpu.py [--decode-tokens 32] [--flush-denormal] [--compile]
+    .venv/bin/python bench/engine_cpu.py [--decode-tokens 32] [--flush-denormal] [--no-compile]
 
-`--compile` runs our decode batches' experts through the torch.compile'd gathered kernel
-(`LLM(compile_decode=True)`); its compile time (first decode at each batch size) is printed separately.
+Ours runs twice on the same weights: eager (the default engine) and with `LLM(compile_decode=True)` (AW_COMPILE=1:
+CPU decode through torch.compile'd per-layer regions); the compiled engine's first decode at each batch size
+(compile + warm-up) is timed separately and printed, not counted. Prefill is the same code in both.
 """
 
 from __future__ import annotations
@@ -73,9 +74,7 @@ def main() -> None:
         "states subnormal, which makes x86 float ops very slow",
     )
     parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="our engine only: LLM(compile_decode=True), compile time reported",
+        "--no-compile", action="store_true", help="skip our compiled-decode engine (eager column only)"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -88,15 +87,19 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = make_tiny_checkpoint(tmp, seed=0, **BENCH_CONFIG)
-        ours = LLM(
-            path.as_posix(),
-            device="cpu",
-            dtype="float32",
-            progress=False,
-            max_num_seqs=8,
-            max_model_len=1024,
-            compile_decode=args.compile,
-        )
+        engines = {
+            name: LLM(
+                path.as_posix(),
+                device="cpu",
+                dtype="float32",
+                progress=False,
+                max_num_seqs=8,
+                max_model_len=1024,
+                compile_decode=compiled,
+            )
+            for name, compiled in (("eager", False), ("compiled", True))
+            if not (compiled and args.no_compile)
+        }
         hf = Qwen3_5MoeForCausalLM.from_pretrained(path.as_posix(), dtype=torch.float32).eval()
 
     gen = torch.Generator().manual_seed(0)
@@ -104,7 +107,7 @@ def main() -> None:
     short = [torch.randint(0, 300, (32,), generator=gen) for _ in range(8)]
     n = args.decode_tokens
 
-    def ours_generate(prompts: list[torch.Tensor], tokens: int) -> None:
+    def ours_generate(ours: LLM, prompts: list[torch.Tensor], tokens: int) -> None:
         params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
         ours.generate([p.tolist() for p in prompts], params)
 
@@ -122,39 +125,51 @@ def main() -> None:
         with torch.no_grad():
             hf(input_ids=prompt[None], logits_to_keep=1)
 
-    rows = []
+    rows: list[tuple[str, dict[str, float], float]] = []  # (row, {engine: tok/s}, transformers tok/s)
     warmup_seconds: dict[int, float] = {}
-    ours_generate([prompt], 1), hf_prefill()  # warm-up
-    t_ours = _best_of(2, lambda: ours_generate([prompt], 1))
+    eager = engines["eager"]
+    ours_generate(eager, [prompt], 1), hf_prefill()  # warm-up
+    t_ours = _best_of(2, lambda: ours_generate(eager, [prompt], 1))
     t_hf = _best_of(2, hf_prefill)
-    rows.append(("prefill 512 tok, batch 1", args.prompt_tokens / t_ours, args.prompt_tokens / t_hf))
+    # Prefill runs the same eager code in both engines: one measurement.
+    rows.append(
+        ("prefill 512 tok, batch 1", {"eager": args.prompt_tokens / t_ours}, args.prompt_tokens / t_hf)
+    )
     for batch in (1, 8):
         prompts = short[:batch]
-        start = time.perf_counter()
-        ours_generate(prompts, 4)  # warm-up (with --compile: compiles this batch size's decode experts)
-        warmup_seconds[batch] = time.perf_counter() - start
+        mine: dict[str, float] = {}
+        for name, ours in engines.items():
+            start = time.perf_counter()
+            ours_generate(ours, prompts, 4)  # warm-up (compiled: compiles this batch size's regions)
+            if name == "compiled":
+                warmup_seconds[batch] = time.perf_counter() - start
+            # decode time = generate(n + 1) - generate(1): removes the prefill and the first sampled token
+            t_ours = _best_of(2, lambda o=ours, p=prompts: ours_generate(o, p, n + 1)) - _best_of(
+                2, lambda o=ours, p=prompts: ours_generate(o, p, 1)
+            )
+            mine[name] = batch * n / t_ours
         hf_generate(prompts, 4)
-        # decode time = generate(n + 1) - generate(1): removes the prefill and the first sampled token
-        t_ours = _best_of(2, lambda p=prompts: ours_generate(p, n + 1)) - _best_of(
-            2, lambda p=prompts: ours_generate(p, 1)
-        )
         t_hf = _best_of(2, lambda p=prompts: hf_generate(p, n + 1)) - _best_of(
             2, lambda p=prompts: hf_generate(p, 1)
         )
-        rows.append((f"decode, batch {batch}", batch * n / t_ours, batch * n / t_hf))
+        rows.append((f"decode, batch {batch}", mine, batch * n / t_hf))
 
-    if args.compile:
+    if warmup_seconds:
         print(
-            "\nours with --compile, first 4-token generate (compile + warm-up): "
+            "\nours compiled, first 4-token generate (compile + warm-up, not counted): "
             + ", ".join(f"batch {b} {s:.1f} s" for b, s in warmup_seconds.items())
         )
     print(
         f"\nthreads {args.threads}, flush denormals {args.flush_denormal} (both engines), "
         f"load average {_load_average()}"
     )
-    print(f"{'row':28s} {'ours tok/s':>12s} {'transformers tok/s':>20s} {'ours/transformers':>18s}")
-    for name, mine, theirs in rows:
-        print(f"{name:28s} {mine:12.1f} {theirs:20.1f} {mine / theirs:17.2f}x")
+    names = list(engines)
+    header = f"{'row':26s}" + "".join(f"{'ours ' + k:>15s}" for k in names) + f"{'transformers':>14s}"
+    print(header + "".join(f"{k + '/transformers':>22s}" for k in names) + "   (tok/s)")
+    for row, mine, theirs in rows:
+        cells = "".join(f"{mine[k]:15.1f}" if k in mine else f"{'same':>15s}" for k in names)
+        ratios = "".join(f"{mine.get(k, mine['eager']) / theirs:21.2f}x" for k in names)
+        print(f"{row:26s}{cells}{theirs:14.1f}{ratios}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@ Parameter names mirror transformers' `Qwen3_5MoeForCausalLM`, so checkpoint keys
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
 from torch import nn
 
@@ -47,7 +51,10 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         regions = self.decode_region
         if regions is not None and batch.is_decode and regions.takes(hidden):
-            return self._decode_compiled(regions, hidden, residual, rope, batch, cache)
+            try:
+                return self._decode_compiled(regions, hidden, residual, rope, batch, cache)
+            except RegionsUnavailable:
+                pass  # nothing was written yet (or only idempotent KV writes): run this layer eagerly
         if residual is None:
             residual, hidden = hidden, self.input_layernorm(hidden)
         else:
@@ -133,6 +140,13 @@ def one_row_logits(hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
     return (hidden[:, None, :] * lm_head[None]).sum(-1).float()
 
 
+T = TypeVar("T")
+
+
+class RegionsUnavailable(RuntimeError):
+    """A decode region could not be compiled (no C++ compiler, an Inductor failure): decode continues eagerly."""
+
+
 class DecodeRegions:
     """CPU decode through two `torch.compile`d regions per layer type, shared by every layer.
 
@@ -146,14 +160,32 @@ class DecodeRegions:
         import torch._dynamo
 
         self.max_tokens = max_tokens
+        self.enabled = True
         # One graph per decode batch size and function: lift dynamo's default of 8 so no size falls back to eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * max_tokens + 8)
-        self.deltanet_layer = torch.compile(deltanet_layer_decode, dynamic=False)
-        self.moe_tail = torch.compile(moe_tail_decode, dynamic=False)
-        self.one_row_logits = torch.compile(one_row_logits, dynamic=False)
+        self.deltanet_layer = self._guarded(torch.compile(deltanet_layer_decode, dynamic=False))
+        self.moe_tail = self._guarded(torch.compile(moe_tail_decode, dynamic=False))
+        self.one_row_logits = self._guarded(torch.compile(one_row_logits, dynamic=False))
 
     def takes(self, hidden: torch.Tensor) -> bool:
-        return hidden.device.type == "cpu" and hidden.shape[0] <= self.max_tokens
+        return self.enabled and hidden.device.type == "cpu" and hidden.shape[0] <= self.max_tokens
+
+    def _guarded(self, compiled: Callable[..., T]) -> Callable[..., T]:
+        """The first failure turns every region off with a warning: decode stays correct, only slower."""
+
+        def run(*args: object) -> T:
+            try:
+                return compiled(*args)
+            except Exception as exc:  # noqa: BLE001 - any compile failure must leave a working (eager) engine
+                self.enabled = False
+                warnings.warn(
+                    f"compiled CPU decode is off ({type(exc).__name__}: {str(exc)[:300]}); decoding eagerly",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                raise RegionsUnavailable(str(exc)) from exc
+
+        return run
 
 
 class TextModel(nn.Module):
@@ -218,7 +250,10 @@ class Qwen3_5MoeForCausalLM(nn.Module):
             hidden = hidden[batch.cu_seqlens[1:] - 1]
         regions = self.decode_regions
         if regions is not None and batch.is_decode and hidden.shape[0] == 1 and regions.takes(hidden):
-            return regions.one_row_logits(hidden, self.lm_head.weight)
+            try:
+                return regions.one_row_logits(hidden, self.lm_head.weight)
+            except RegionsUnavailable:
+                pass
         return linear(hidden, self.lm_head.weight).float()
 
     @torch.inference_mode()

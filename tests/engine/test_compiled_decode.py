@@ -94,3 +94,24 @@ def test_compiled_decode_step_matches_eager_logits_and_states(
     torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(conv, eager_conv, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(state, eager_state, rtol=1e-4, atol=1e-5)
+
+
+def test_a_region_that_cannot_compile_leaves_an_eager_engine(
+    tiny_ckpt: Path, tiny_llm: LLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No C++ compiler (or an Inductor failure): a warning, then the eager engine's tokens, nothing half-written."""
+
+    def broken_compile(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("InductorError: no working C++ compiler found")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    llm = LLM(str(tiny_ckpt), device="cpu", progress=False, compile_decode=True)
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    prompts = [[5, 9, 13, 2], [7, 7, 1]]
+    with pytest.warns(RuntimeWarning, match="compiled CPU decode is off.*no working C\\+\\+ compiler"):
+        got = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    assert not llm.model.decode_regions.enabled
+    assert got == [o.outputs[0].token_ids for o in tiny_llm.generate(prompts, params)]
