@@ -486,7 +486,8 @@ def decode_row(bench: Bench, model, config, dtype: torch.dtype, batch: int, cont
 
 
 def profile_decode_step(model, config, dtype: torch.dtype, dev: torch.device) -> None:
-    """Where one eager batch-1 decode step at 2k context spends GPU time: the next tuning targets."""
+    """Where one batch-1 decode step at 2k context spends GPU time, eager forward and the static step that the
+    CUDA graph replays (its kernels, launched one by one here): the next tuning targets."""
     from torch.profiler import ProfilerActivity, profile
 
     from engine.cache import Cache
@@ -495,18 +496,33 @@ def profile_decode_step(model, config, dtype: torch.dtype, dev: torch.device) ->
     cache = Cache(config, num_slots=1, max_len=2048 + 8, dtype=dtype, device=dev)
     fb = ForwardBatch.build([0], [2048], [1], dev)
     ids = torch.randint(0, config.vocab_size, (1,), device=dev)
-    for _ in range(3):
-        model(ids, fb, cache)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            model(ids, fb, cache)
+    positions = torch.full((1,), 2048, dtype=torch.long, device=dev)
+    slots = torch.zeros(1, dtype=torch.long, device=dev)
+    steps = {
+        "eager forward": lambda: model(ids, fb, cache),
+        "static decode_step (what the graph replays)": lambda: model.decode_step(
+            ids, positions, slots, cache
+        ),
+    }
+    for name, step in steps.items():
+        for _ in range(3):
+            step()
         torch.cuda.synchronize()
-    print("\n== profile: 5 eager b1 decode steps at 2k ==", flush=True)
-    print(
-        prof.key_averages().table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=60),
-        flush=True,
-    )
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        total_us = sum(e.device_time for e in kernels) / 5
+        print(
+            f"\n== profile: {name}, b1 at 2k: {len(kernels) / 5:.0f} kernels, {total_us / 1e3:.2f} ms GPU per step ==",
+            flush=True,
+        )
+        print(
+            prof.key_averages().table(
+                sort_by="self_device_time_total", row_limit=18, max_name_column_width=70
+            )
+        )
 
 
 def summary(results: dict[str, dict[str, float]]) -> str:

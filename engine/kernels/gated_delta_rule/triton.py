@@ -3,14 +3,17 @@
 Per value head, state S [K, V] fp32 and log-decay g <= 0:  S <- exp(g_t) S;  S <- S + k_t (beta_t (v_t - S^T k_t))^T;
 o_t = S^T (scale q_t).  Value head h reads key head h // (HV // H).
 
-Chunked form (chunk C = 64, one program per (sequence, value head, V block), walking its chunks in order).
-Within a chunk, with G the chunk-local cumulative log-decay and S0 the state entering it, the corrected values
-u_t = beta_t (v_t - k_t^T S_{t-1} exp(g_t)) satisfy the unit lower-triangular system
+Chunked form (chunk C = 64), two passes. Within a chunk, with G the chunk-local cumulative log-decay and S0 the
+state entering it, the corrected values u_t = beta_t (v_t - k_t^T S_{t-1} exp(g_t)) satisfy the unit
+lower-triangular system
     (I + A) u = beta V - (beta K exp(G)) S0,    A[t, s] = beta_t (k_t . k_s) exp(G_t - G_s)  for s < t,
 so with T = (I + A)^-1 (the UT transform): W = T (beta K exp(G)), U = T (beta V), u = U - W S0 (the WY form).
 Then  O = (Q exp(G)) S0 + (tril(Q K^T * exp(G_t - G_s))) u  and  S1 = exp(G_C) S0 + (K exp(G_C - G))^T u.
-T is found by forward substitution over the 64 rows, in registers. Everything is fp32; the matrix products use
-tf32 on a GPU (`AW_GDN_DOT_PRECISION=ieee` forces full fp32) and exact fp32 in the interpreter.
+Pass 1 (`_chunk_wy_kernel`, every chunk and value head in parallel) finds T blockwise over 16-row slices and
+writes W and U; pass 2 (`_chunk_state_output_kernel`, one program per sequence, value head and V block) walks the
+chunks in order for the state and the outputs. (One sequential pass doing both, repeating a 64-step
+substitution per chunk and per V block, took 10 ms per 8k-token layer on an H200: bench/results.)
+Everything is fp32; the matrix products use tf32 on a GPU (`AW_GDN_DOT_PRECISION=ieee` forces full fp32) and exact fp32 in the interpreter.
 Variable-length batches: each program reads its sequence's bounds from cu_seqlens, and the last partial chunk is
 masked (zero k, v, beta and g rows are inert: they add nothing and do not decay the state).
 
@@ -44,12 +47,214 @@ def _load_qk_rows(ptr, rows, row_ok, head, n_heads, kk, k_ok, DIM: tl.constexpr,
 
 
 @triton.jit
-def _chunk_gated_delta_rule_kernel(
-    q_ptr,
+def _load_sub_chunk(
+    k_ptr, v_ptr, g_ptr, beta_ptr, rows, eos, hk, hv, kk, k_ok, vv, v_ok,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, USE_L2NORM: tl.constexpr,
+):  # fmt: skip
+    """One 16-row slice of a chunk: l2-normed keys, values, log-decays and betas (zeros past the sequence end)."""
+    row_ok = rows < eos
+    k = _load_qk_rows(k_ptr, rows, row_ok, hk, H, kk, k_ok, K, USE_L2NORM)
+    v = tl.load(
+        v_ptr + (rows.to(tl.int64)[:, None] * HV + hv) * V + vv[None, :],
+        mask=row_ok[:, None] & v_ok[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    g = tl.load(g_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
+    return k, v, g, beta
+
+
+@triton.jit
+def _block_a(kb_i, k_j, gam_i, gam_j, DOT_PRECISION: tl.constexpr):
+    """A[t, s] = beta_t (k_t . k_s) exp(G_t - G_s) for rows t of slice i and columns s of an earlier slice j."""
+    decay = tl.exp(gam_i[:, None] - gam_j[None, :])  # <= 1: G only falls along the chunk
+    return tl.dot(kb_i, tl.trans(k_j), input_precision=DOT_PRECISION) * decay
+
+
+@triton.jit
+def _diag_inverse(kb, k, gam, BC: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """(I + A_ii)^-1 for a diagonal 16 x 16 block, by forward substitution: row r is e_r - sum_{j<r} A[r, j] T[j]."""
+    ri = tl.arange(0, BC)
+    lower = ri[:, None] > ri[None, :]
+    decay = tl.exp(tl.where(lower, gam[:, None] - gam[None, :], 0.0))
+    a = tl.where(lower, tl.dot(kb, tl.trans(k), input_precision=DOT_PRECISION) * decay, 0.0)
+    t = tl.where(ri[:, None] == ri[None, :], 1.0, 0.0)
+    for r in range(1, BC):
+        a_row = tl.sum(tl.where(ri[:, None] == r, a, 0.0), axis=0)
+        t = tl.where(ri[:, None] == r, t - tl.sum(a_row[:, None] * t, axis=0)[None, :], t)
+    return t
+
+
+@triton.jit
+def _chunk_wy_kernel(
     k_ptr,
     v_ptr,
     g_ptr,
     beta_ptr,
+    w_ptr,
+    u_ptr,
+    chunk_rows_ptr,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    USE_L2NORM: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One program per (chunk, value head), all in parallel: W = T (beta K exp(G)) and U = T (beta V) with
+    T = (I + A)^-1, found blockwise over four 16-row slices (diagonal blocks by substitution, the rest by products:
+    T_ij = -T_ii sum_{j <= m < i} A_im T_mj)."""
+    BC: tl.constexpr = 16
+    i_c = tl.program_id(0)
+    hv = tl.program_id(1)
+    hk = hv // (HV // H)
+    t0 = tl.load(chunk_rows_ptr + 2 * i_c).to(tl.int32)
+    eos = tl.load(chunk_rows_ptr + 2 * i_c + 1).to(tl.int32)
+    kk = tl.arange(0, BK)
+    k_ok = kk < K
+    vv = tl.arange(0, BV)
+    v_ok = vv < V
+    rc = tl.arange(0, BC)
+
+    k0, v0, g0, b0 = _load_sub_chunk(
+        k_ptr, v_ptr, g_ptr, beta_ptr, t0 + rc, eos, hk, hv, kk, k_ok, vv, v_ok, H, HV, K, V, USE_L2NORM
+    )  # noqa: E501
+    k1, v1, g1, b1 = _load_sub_chunk(
+        k_ptr, v_ptr, g_ptr, beta_ptr, t0 + BC + rc, eos, hk, hv, kk, k_ok, vv, v_ok, H, HV, K, V, USE_L2NORM
+    )  # noqa: E501
+    k2, v2, g2, b2 = _load_sub_chunk(
+        k_ptr,
+        v_ptr,
+        g_ptr,
+        beta_ptr,
+        t0 + 2 * BC + rc,
+        eos,
+        hk,
+        hv,
+        kk,
+        k_ok,
+        vv,
+        v_ok,
+        H,
+        HV,
+        K,
+        V,
+        USE_L2NORM,
+    )  # noqa: E501
+    k3, v3, g3, b3 = _load_sub_chunk(
+        k_ptr,
+        v_ptr,
+        g_ptr,
+        beta_ptr,
+        t0 + 3 * BC + rc,
+        eos,
+        hk,
+        hv,
+        kk,
+        k_ok,
+        vv,
+        v_ok,
+        H,
+        HV,
+        K,
+        V,
+        USE_L2NORM,
+    )  # noqa: E501
+    # Chunk-local cumulative log-decay G, slice by slice.
+    gam0 = tl.cumsum(g0, axis=0)
+    gam1 = tl.cumsum(g1, axis=0) + tl.sum(g0, axis=0)
+    gam2 = tl.cumsum(g2, axis=0) + tl.sum(g0, axis=0) + tl.sum(g1, axis=0)
+    gam3 = tl.cumsum(g3, axis=0) + tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0)
+    kb0, kb1, kb2, kb3 = k0 * b0[:, None], k1 * b1[:, None], k2 * b2[:, None], k3 * b3[:, None]
+
+    t00 = _diag_inverse(kb0, k0, gam0, BC, DOT_PRECISION)
+    t11 = _diag_inverse(kb1, k1, gam1, BC, DOT_PRECISION)
+    t22 = _diag_inverse(kb2, k2, gam2, BC, DOT_PRECISION)
+    t33 = _diag_inverse(kb3, k3, gam3, BC, DOT_PRECISION)
+    a10 = _block_a(kb1, k0, gam1, gam0, DOT_PRECISION)
+    a20 = _block_a(kb2, k0, gam2, gam0, DOT_PRECISION)
+    a21 = _block_a(kb2, k1, gam2, gam1, DOT_PRECISION)
+    a30 = _block_a(kb3, k0, gam3, gam0, DOT_PRECISION)
+    a31 = _block_a(kb3, k1, gam3, gam1, DOT_PRECISION)
+    a32 = _block_a(kb3, k2, gam3, gam2, DOT_PRECISION)
+    t10 = -tl.dot(t11, tl.dot(a10, t00, input_precision=DOT_PRECISION), input_precision=DOT_PRECISION)
+    t21 = -tl.dot(t22, tl.dot(a21, t11, input_precision=DOT_PRECISION), input_precision=DOT_PRECISION)
+    t20 = -tl.dot(
+        t22,
+        tl.dot(a20, t00, input_precision=DOT_PRECISION) + tl.dot(a21, t10, input_precision=DOT_PRECISION),
+        input_precision=DOT_PRECISION,
+    )
+    t32 = -tl.dot(t33, tl.dot(a32, t22, input_precision=DOT_PRECISION), input_precision=DOT_PRECISION)
+    t31 = -tl.dot(
+        t33,
+        tl.dot(a31, t11, input_precision=DOT_PRECISION) + tl.dot(a32, t21, input_precision=DOT_PRECISION),
+        input_precision=DOT_PRECISION,
+    )
+    t30 = -tl.dot(
+        t33,
+        tl.dot(a30, t00, input_precision=DOT_PRECISION)
+        + tl.dot(a31, t10, input_precision=DOT_PRECISION)
+        + tl.dot(a32, t20, input_precision=DOT_PRECISION),
+        input_precision=DOT_PRECISION,
+    )
+
+    kg0, kg1 = kb0 * tl.exp(gam0)[:, None], kb1 * tl.exp(gam1)[:, None]
+    kg2, kg3 = kb2 * tl.exp(gam2)[:, None], kb3 * tl.exp(gam3)[:, None]
+    vb0, vb1, vb2, vb3 = v0 * b0[:, None], v1 * b1[:, None], v2 * b2[:, None], v3 * b3[:, None]
+    w0 = tl.dot(t00, kg0, input_precision=DOT_PRECISION)
+    u0 = tl.dot(t00, vb0, input_precision=DOT_PRECISION)
+    w1 = tl.dot(t10, kg0, input_precision=DOT_PRECISION) + tl.dot(t11, kg1, input_precision=DOT_PRECISION)
+    u1 = tl.dot(t10, vb0, input_precision=DOT_PRECISION) + tl.dot(t11, vb1, input_precision=DOT_PRECISION)
+    w2 = (
+        tl.dot(t20, kg0, input_precision=DOT_PRECISION)
+        + tl.dot(t21, kg1, input_precision=DOT_PRECISION)
+        + tl.dot(t22, kg2, input_precision=DOT_PRECISION)
+    )
+    u2 = (
+        tl.dot(t20, vb0, input_precision=DOT_PRECISION)
+        + tl.dot(t21, vb1, input_precision=DOT_PRECISION)
+        + tl.dot(t22, vb2, input_precision=DOT_PRECISION)
+    )
+    w3 = (
+        tl.dot(t30, kg0, input_precision=DOT_PRECISION)
+        + tl.dot(t31, kg1, input_precision=DOT_PRECISION)
+        + tl.dot(t32, kg2, input_precision=DOT_PRECISION)
+        + tl.dot(t33, kg3, input_precision=DOT_PRECISION)
+    )
+    u3 = (
+        tl.dot(t30, vb0, input_precision=DOT_PRECISION)
+        + tl.dot(t31, vb1, input_precision=DOT_PRECISION)
+        + tl.dot(t32, vb2, input_precision=DOT_PRECISION)
+        + tl.dot(t33, vb3, input_precision=DOT_PRECISION)
+    )
+    _store_rows(w_ptr, w0, t0 + rc, eos, hv, HV, kk, k_ok, K)
+    _store_rows(w_ptr, w1, t0 + BC + rc, eos, hv, HV, kk, k_ok, K)
+    _store_rows(w_ptr, w2, t0 + 2 * BC + rc, eos, hv, HV, kk, k_ok, K)
+    _store_rows(w_ptr, w3, t0 + 3 * BC + rc, eos, hv, HV, kk, k_ok, K)
+    _store_rows(u_ptr, u0, t0 + rc, eos, hv, HV, vv, v_ok, V)
+    _store_rows(u_ptr, u1, t0 + BC + rc, eos, hv, HV, vv, v_ok, V)
+    _store_rows(u_ptr, u2, t0 + 2 * BC + rc, eos, hv, HV, vv, v_ok, V)
+    _store_rows(u_ptr, u3, t0 + 3 * BC + rc, eos, hv, HV, vv, v_ok, V)
+
+
+@triton.jit
+def _store_rows(ptr, x, rows, eos, head, n_heads, cols, col_ok, DIM: tl.constexpr):
+    tl.store(
+        ptr + (rows.to(tl.int64)[:, None] * n_heads + head) * DIM + cols[None, :],
+        x,
+        mask=(rows < eos)[:, None] & col_ok[None, :],
+    )
+
+
+@triton.jit
+def _chunk_state_output_kernel(
+    q_ptr,
+    k_ptr,
+    g_ptr,
+    w_ptr,
+    u_ptr,
     o_ptr,
     h0_ptr,
     ht_ptr,
@@ -67,6 +272,8 @@ def _chunk_gated_delta_rule_kernel(
     STORE_HT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
+    """One program per (sequence, value head, V block), walking its chunks in order: the state recurrence and
+    the outputs, with W and U from `_chunk_wy_kernel`."""
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     n = i_nh // HV
@@ -81,8 +288,6 @@ def _chunk_gated_delta_rule_kernel(
     v_ok = vv < V
     ri = tl.arange(0, BT)
     lower_eq = ri[:, None] >= ri[None, :]
-    strictly_lower = ri[:, None] > ri[None, :]
-    eye = tl.where(ri[:, None] == ri[None, :], 1.0, 0.0)
 
     state_off = (n.to(tl.int64) * HV + hv) * K * V + kk[:, None] * V + vv[None, :]
     state_mask = k_ok[:, None] & v_ok[None, :]
@@ -96,31 +301,22 @@ def _chunk_gated_delta_rule_kernel(
         row_ok = rows < eos
         q = _load_qk_rows(q_ptr, rows, row_ok, hk, H, kk, k_ok, K, USE_L2NORM) * scale
         k = _load_qk_rows(k_ptr, rows, row_ok, hk, H, kk, k_ok, K, USE_L2NORM)
+        w = tl.load(
+            w_ptr + (rows.to(tl.int64)[:, None] * HV + hv) * K + kk[None, :],
+            mask=row_ok[:, None] & k_ok[None, :],
+            other=0.0,
+        )
         vh_off = (rows.to(tl.int64)[:, None] * HV + hv) * V + vv[None, :]
         vh_mask = row_ok[:, None] & v_ok[None, :]
-        v = tl.load(v_ptr + vh_off, mask=vh_mask, other=0.0).to(tl.float32)
+        u = tl.load(u_ptr + vh_off, mask=vh_mask, other=0.0)
         g = tl.load(g_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
-        beta = tl.load(beta_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
 
-        gam = tl.cumsum(g, axis=0)
+        gam = tl.cumsum(g, axis=0)  # rows past the end add 0: they carry G of the last row
         gam_last = tl.sum(tl.where(ri == BT - 1, gam, 0.0), axis=0)
         # exp(G_t - G_s) on and below the diagonal; the argument is masked first so the upper half cannot overflow.
         decay = tl.where(lower_eq, tl.exp(tl.where(lower_eq, gam[:, None] - gam[None, :], 0.0)), 0.0)
 
-        k_beta = k * beta[:, None]
-        a = tl.dot(k_beta, tl.trans(k), input_precision=DOT_PRECISION) * decay
-        a = tl.where(strictly_lower, a, 0.0)
-        # T = (I + A)^-1 by forward substitution: row i of T is e_i - sum_{j<i} A[i, j] T[j, :].
-        # Rows past the sequence end are zero in A, so the substitution stops at the last valid row.
-        t_inv = eye
-        for i in range(1, tl.minimum(eos - t0, BT)):
-            a_row = tl.sum(tl.where(ri[:, None] == i, a, 0.0), axis=0)
-            t_inv = tl.where(ri[:, None] == i, t_inv - tl.sum(a_row[:, None] * t_inv, axis=0)[None, :], t_inv)
-
-        w = tl.dot(t_inv, k_beta * tl.exp(gam)[:, None], input_precision=DOT_PRECISION)
-        u = tl.dot(t_inv, v * beta[:, None], input_precision=DOT_PRECISION)
-        u = u - tl.dot(w, state, input_precision=DOT_PRECISION)
-
+        u = u - tl.dot(w, state, input_precision=DOT_PRECISION)  # corrected values u = U - W S0
         attn = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * decay
         o = tl.dot(q * tl.exp(gam)[:, None], state, input_precision=DOT_PRECISION)
         o = o + tl.dot(attn, u, input_precision=DOT_PRECISION)
@@ -207,6 +403,18 @@ def _sequences(
     return cu_seqlens, n_seqs
 
 
+def _chunk_rows(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """[chunks, 2] int32 (first row, sequence end) of every 64-row chunk of every sequence, for the parallel pass.
+    Reads the sequence bounds on the host: prefill is never captured in a CUDA graph."""
+    bounds = cu_seqlens.tolist()
+    rows = [
+        (start, end)
+        for bos, end in zip(bounds[:-1], bounds[1:], strict=True)
+        for start in range(bos, end, CHUNK_SIZE)
+    ]
+    return torch.tensor(rows, dtype=torch.int32).reshape(-1, 2).to(cu_seqlens.device)
+
+
 def _check_heads(q: torch.Tensor, v: torch.Tensor) -> None:
     if v.shape[2] % q.shape[2]:
         raise ValueError(f"value heads ({v.shape[2]}) must be a multiple of key heads ({q.shape[2]})")
@@ -238,10 +446,20 @@ def chunk_gated_delta_rule(
     block_k = max(triton.next_power_of_2(dim_k), 16)
     block_v = min(max(triton.next_power_of_2(dim_v), 16), 32)
     if n_seqs and q.shape[1]:
+        q, k, v, beta = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous()
+        g = g.float().contiguous()
+        chunk_rows = _chunk_rows(cu_seqlens)
+        # W [T, HV, K] and U [T, HV, V] in fp32: written once in parallel, read once by the sequential pass.
+        w = torch.empty(*q.shape[:2], heads_v, dim_k, dtype=torch.float32, device=q.device)
+        u = torch.empty(*v.shape, dtype=torch.float32, device=q.device)
+        _chunk_wy_kernel[(chunk_rows.shape[0], heads_v)](
+            k, v, g, beta, w, u, chunk_rows,
+            H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BK=block_k, BV=max(triton.next_power_of_2(dim_v), 16),
+            USE_L2NORM=use_qk_l2norm_in_kernel, DOT_PRECISION=_DOT_PRECISION, num_warps=4, num_stages=1,
+        )  # fmt: skip
         grid = (triton.cdiv(dim_v, block_v), n_seqs * heads_v)
-        _chunk_gated_delta_rule_kernel[grid](
-            q.contiguous(), k.contiguous(), v.contiguous(), g.float().contiguous(), beta.contiguous(), o, h0, final,
-            cu_seqlens, dim_k**-0.5 if scale is None else scale,
+        _chunk_state_output_kernel[grid](
+            q, k, g, w, u, o, h0, final, cu_seqlens, dim_k**-0.5 if scale is None else scale,
             H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BT=CHUNK_SIZE, BK=block_k, BV=block_v,
             USE_L2NORM=use_qk_l2norm_in_kernel, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
             DOT_PRECISION=_DOT_PRECISION, num_warps=8, num_stages=1,
