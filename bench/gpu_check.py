@@ -394,7 +394,9 @@ def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
 
 
 def build_random_model(config, device: torch.device, dtype: torch.dtype):
-    """The engine's model with random weights made on the device: the loader's path minus the checkpoint."""
+    """The engine's model with random weights made on the device: the loader's path minus the checkpoint,
+    projections fused as `build_model` fuses them (the first H200 run, bench/results, measured an unfused model:
+    391 GEMM launches per decode step instead of 161)."""
     from engine.loader import FP32_PARAM_SUFFIXES
     from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
 
@@ -417,7 +419,8 @@ def build_random_model(config, device: torch.device, dtype: torch.dtype):
                 param.normal_(0.0, 0.05)  # zero-centred norms: the weight is an offset from 1
             else:
                 param.normal_(0.0, 0.02)
-    return model.eval().requires_grad_(False)
+    model.requires_grad_(False).fuse_weights()
+    return model.eval()
 
 
 def model_checks(

@@ -9,7 +9,7 @@ from torch import nn
 from engine.cache import Cache
 from engine.config import Config
 from engine.forward_batch import ForwardBatch
-from engine.layers.fused_linear import fuse_linear_weights
+from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
 from engine.layers.norms import RMSNorm
 from engine.layers.rotary import apply_rotary
@@ -36,10 +36,10 @@ class GatedAttention(nn.Module):
         self.fused_qkv_proj = fuse_linear_weights(self.q_proj, self.k_proj, self.v_proj)
 
     def _qkv_proj(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if self.fused_qkv_proj is None:
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         kv = self.num_kv_heads * self.head_dim
-        return linear(x, self.fused_qkv_proj).split([2 * self.num_heads * self.head_dim, kv, kv], dim=-1)
+        return linear(x, require_fused(self.fused_qkv_proj, self)).split(
+            [2 * self.num_heads * self.head_dim, kv, kv], dim=-1
+        )
 
     def forward(
         self,

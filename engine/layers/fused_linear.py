@@ -20,3 +20,13 @@ def fuse_linear_weights(*linears: nn.Linear) -> torch.Tensor:
         linear.weight = nn.Parameter(fused[offset : offset + rows], requires_grad=False)
         offset += rows
     return fused
+
+
+def require_fused(fused: torch.Tensor | None, module: nn.Module) -> torch.Tensor:
+    """The fused weight, or a clear error: running unfused would silently cost one GEMM launch per projection."""
+    if fused is None:
+        raise RuntimeError(
+            f"{type(module).__name__} runs on fused projection weights: call model.fuse_weights() after loading "
+            "(engine.loader.build_model does)"
+        )
+    return fused

@@ -16,7 +16,7 @@ from engine.kernels import (
     fused_recurrent_gated_delta_rule,
     gated_rms_norm,
 )
-from engine.layers.fused_linear import fuse_linear_weights
+from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
 from engine.layers.norms import GatedRMSNorm
 
@@ -56,11 +56,7 @@ class GatedDeltaNet(nn.Module):
 
     def decode_weights(self) -> tuple[torch.Tensor, ...]:
         """What `deltanet_decode` reads, in its argument order (after the input)."""
-        in_proj = self.fused_in_proj
-        if in_proj is None:
-            in_proj = torch.cat(
-                [m.weight for m in (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)]
-            )
+        in_proj = require_fused(self.fused_in_proj, self)
         conv_weight = self.conv1d.weight.view(self.conv_dim, -1)
         return in_proj, conv_weight, self.A_log, self.dt_bias, self.norm.weight, self.out_proj.weight
 

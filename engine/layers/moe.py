@@ -9,7 +9,7 @@ from torch import nn
 from engine.config import Config
 from engine.kernels import fused_moe, router_topk
 from engine.kernels.fused_moe.gathered import MoeFn
-from engine.layers.fused_linear import fuse_linear_weights
+from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
 
 
@@ -54,13 +54,12 @@ class SparseMoeBlock(nn.Module):
 
     def moe_weights(self) -> tuple[torch.Tensor, ...]:
         """What `moe` reads, in its argument order (after the input)."""
-        shared = self.shared_expert
-        input_proj = self.fused_input_proj
-        if input_proj is None:
-            input_proj = torch.cat(
-                [m.weight for m in (self.gate, shared.gate_proj, shared.up_proj, self.shared_expert_gate)]
-            )
-        return input_proj, self.experts.gate_up_proj, self.experts.down_proj, shared.down_proj.weight
+        return (
+            require_fused(self.fused_input_proj, self),
+            self.experts.gate_up_proj,
+            self.experts.down_proj,
+            self.shared_expert.down_proj.weight,
+        )
 
     def moe_dims(self) -> tuple[int, int, int]:
         return self.gate.weight.shape[0], self.shared_expert.gate_proj.weight.shape[0], self.top_k

@@ -92,3 +92,26 @@ def test_bad_model_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(CheckpointError, match="huggingface-cli download"):
         resolve_model_path("nobody-here/no-such-model")
+
+
+def test_an_unfused_model_says_how_to_fuse_it() -> None:
+    """Projections run fused (one GEMM per input); a model built by hand and not fused fails loudly, not slowly."""
+    from engine.cache import Cache
+    from engine.forward_batch import ForwardBatch
+    from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
+
+    config = Config(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+        linear_num_value_heads=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+        shared_expert_intermediate_size=8,
+    )  # fmt: skip
+    model = Qwen3_5MoeForCausalLM(config).eval()
+    cache = Cache(config, num_slots=1, max_len=8, dtype=torch.float32, device=torch.device("cpu"))
+    batch = ForwardBatch.build([0], [0], [3], torch.device("cpu"))
+    with pytest.raises(
+        RuntimeError, match=r"GatedDeltaNet runs on fused projection weights: call model\.fuse_weights"
+    ):
+        model(torch.tensor([1, 2, 3]), batch, cache)
+    model.fuse_weights()
+    assert model(torch.tensor([1, 2, 3]), batch, cache).shape == (1, 64)
