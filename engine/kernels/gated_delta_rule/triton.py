@@ -13,7 +13,8 @@ Pass 1 (`_chunk_wy_kernel`, every chunk and value head in parallel) finds T bloc
 writes W and U; pass 2 (`_chunk_state_output_kernel`, one program per sequence, value head and V block) walks the
 chunks in order for the state and the outputs. (One sequential pass doing both, repeating a 64-step
 substitution per chunk and per V block, took 10 ms per 8k-token layer on an H200: bench/results.)
-Everything is fp32; the matrix products use tf32 on a GPU (`AW_GDN_DOT_PRECISION=ieee` forces full fp32) and exact fp32 in the interpreter.
+Everything is fp32; the matrix products use tf32 on a GPU (`AW_GDN_DOT_PRECISION=ieee` forces full fp32) and
+exact fp32 in the interpreter.
 Variable-length batches: each program reads its sequence's bounds from cu_seqlens, and the last partial chunk is
 masked (zero k, v, beta and g rows are inert: they add nothing and do not decay the state).
 
@@ -48,20 +49,30 @@ def _load_qk_rows(ptr, rows, row_ok, head, n_heads, kk, k_ok, DIM: tl.constexpr,
 
 @triton.jit
 def _load_sub_chunk(
-    k_ptr, v_ptr, g_ptr, beta_ptr, rows, eos, hk, hv, kk, k_ok, vv, v_ok,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, USE_L2NORM: tl.constexpr,
+    k_ptr, v_ptr, g_ptr, beta_ptr, first_row, eos, hk, hv,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    USE_L2NORM: tl.constexpr,
 ):  # fmt: skip
-    """One 16-row slice of a chunk: l2-normed keys, values, log-decays and betas (zeros past the sequence end)."""
+    """Rows first_row .. first_row + 15 of a chunk: l2-normed keys, values, log-decays and betas (zeros past the
+    sequence end)."""
+    rows = first_row + tl.arange(0, 16)  # BC
     row_ok = rows < eos
-    k = _load_qk_rows(k_ptr, rows, row_ok, hk, H, kk, k_ok, K, USE_L2NORM)
+    kk = tl.arange(0, BK)
+    vv = tl.arange(0, BV)
+    k = _load_qk_rows(k_ptr, rows, row_ok, hk, H, kk, kk < K, K, USE_L2NORM)
     v = tl.load(
         v_ptr + (rows.to(tl.int64)[:, None] * HV + hv) * V + vv[None, :],
-        mask=row_ok[:, None] & v_ok[None, :],
+        mask=row_ok[:, None] & (vv < V)[None, :],
         other=0.0,
     ).to(tl.float32)
     g = tl.load(g_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
     return k, v, g, beta
+
+
+@triton.jit
+def _dot(a, b, PRECISION: tl.constexpr):
+    return tl.dot(a, b, input_precision=PRECISION)
 
 
 @triton.jit
@@ -100,68 +111,23 @@ def _chunk_wy_kernel(
     V: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
+    BC: tl.constexpr,
     USE_L2NORM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    P: tl.constexpr,
 ):
     """One program per (chunk, value head), all in parallel: W = T (beta K exp(G)) and U = T (beta V) with
     T = (I + A)^-1, found blockwise over four 16-row slices (diagonal blocks by substitution, the rest by products:
     T_ij = -T_ii sum_{j <= m < i} A_im T_mj)."""
-    BC: tl.constexpr = 16
     i_c = tl.program_id(0)
     hv = tl.program_id(1)
     hk = hv // (HV // H)
     t0 = tl.load(chunk_rows_ptr + 2 * i_c).to(tl.int32)
     eos = tl.load(chunk_rows_ptr + 2 * i_c + 1).to(tl.int32)
-    kk = tl.arange(0, BK)
-    k_ok = kk < K
-    vv = tl.arange(0, BV)
-    v_ok = vv < V
-    rc = tl.arange(0, BC)
-
-    k0, v0, g0, b0 = _load_sub_chunk(
-        k_ptr, v_ptr, g_ptr, beta_ptr, t0 + rc, eos, hk, hv, kk, k_ok, vv, v_ok, H, HV, K, V, USE_L2NORM
-    )  # noqa: E501
-    k1, v1, g1, b1 = _load_sub_chunk(
-        k_ptr, v_ptr, g_ptr, beta_ptr, t0 + BC + rc, eos, hk, hv, kk, k_ok, vv, v_ok, H, HV, K, V, USE_L2NORM
-    )  # noqa: E501
-    k2, v2, g2, b2 = _load_sub_chunk(
-        k_ptr,
-        v_ptr,
-        g_ptr,
-        beta_ptr,
-        t0 + 2 * BC + rc,
-        eos,
-        hk,
-        hv,
-        kk,
-        k_ok,
-        vv,
-        v_ok,
-        H,
-        HV,
-        K,
-        V,
-        USE_L2NORM,
-    )  # noqa: E501
-    k3, v3, g3, b3 = _load_sub_chunk(
-        k_ptr,
-        v_ptr,
-        g_ptr,
-        beta_ptr,
-        t0 + 3 * BC + rc,
-        eos,
-        hk,
-        hv,
-        kk,
-        k_ok,
-        vv,
-        v_ok,
-        H,
-        HV,
-        K,
-        V,
-        USE_L2NORM,
-    )  # noqa: E501
+    # fmt: off
+    k0, v0, g0, b0 = _load_sub_chunk(k_ptr, v_ptr, g_ptr, beta_ptr, t0, eos, hk, hv, H, HV, K, V, BK, BV, USE_L2NORM)
+    k1, v1, g1, b1 = _load_sub_chunk(k_ptr, v_ptr, g_ptr, beta_ptr, t0 + BC, eos, hk, hv, H, HV, K, V, BK, BV, USE_L2NORM)
+    k2, v2, g2, b2 = _load_sub_chunk(k_ptr, v_ptr, g_ptr, beta_ptr, t0 + 2 * BC, eos, hk, hv, H, HV, K, V, BK, BV, USE_L2NORM)
+    k3, v3, g3, b3 = _load_sub_chunk(k_ptr, v_ptr, g_ptr, beta_ptr, t0 + 3 * BC, eos, hk, hv, H, HV, K, V, BK, BV, USE_L2NORM)
     # Chunk-local cumulative log-decay G, slice by slice.
     gam0 = tl.cumsum(g0, axis=0)
     gam1 = tl.cumsum(g1, axis=0) + tl.sum(g0, axis=0)
@@ -169,66 +135,34 @@ def _chunk_wy_kernel(
     gam3 = tl.cumsum(g3, axis=0) + tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0)
     kb0, kb1, kb2, kb3 = k0 * b0[:, None], k1 * b1[:, None], k2 * b2[:, None], k3 * b3[:, None]
 
-    t00 = _diag_inverse(kb0, k0, gam0, BC, DOT_PRECISION)
-    t11 = _diag_inverse(kb1, k1, gam1, BC, DOT_PRECISION)
-    t22 = _diag_inverse(kb2, k2, gam2, BC, DOT_PRECISION)
-    t33 = _diag_inverse(kb3, k3, gam3, BC, DOT_PRECISION)
-    a10 = _block_a(kb1, k0, gam1, gam0, DOT_PRECISION)
-    a20 = _block_a(kb2, k0, gam2, gam0, DOT_PRECISION)
-    a21 = _block_a(kb2, k1, gam2, gam1, DOT_PRECISION)
-    a30 = _block_a(kb3, k0, gam3, gam0, DOT_PRECISION)
-    a31 = _block_a(kb3, k1, gam3, gam1, DOT_PRECISION)
-    a32 = _block_a(kb3, k2, gam3, gam2, DOT_PRECISION)
-    t10 = -tl.dot(t11, tl.dot(a10, t00, input_precision=DOT_PRECISION), input_precision=DOT_PRECISION)
-    t21 = -tl.dot(t22, tl.dot(a21, t11, input_precision=DOT_PRECISION), input_precision=DOT_PRECISION)
-    t20 = -tl.dot(
-        t22,
-        tl.dot(a20, t00, input_precision=DOT_PRECISION) + tl.dot(a21, t10, input_precision=DOT_PRECISION),
-        input_precision=DOT_PRECISION,
-    )
-    t32 = -tl.dot(t33, tl.dot(a32, t22, input_precision=DOT_PRECISION), input_precision=DOT_PRECISION)
-    t31 = -tl.dot(
-        t33,
-        tl.dot(a31, t11, input_precision=DOT_PRECISION) + tl.dot(a32, t21, input_precision=DOT_PRECISION),
-        input_precision=DOT_PRECISION,
-    )
-    t30 = -tl.dot(
-        t33,
-        tl.dot(a30, t00, input_precision=DOT_PRECISION)
-        + tl.dot(a31, t10, input_precision=DOT_PRECISION)
-        + tl.dot(a32, t20, input_precision=DOT_PRECISION),
-        input_precision=DOT_PRECISION,
-    )
+    t00, t11 = _diag_inverse(kb0, k0, gam0, BC, P), _diag_inverse(kb1, k1, gam1, BC, P)
+    t22, t33 = _diag_inverse(kb2, k2, gam2, BC, P), _diag_inverse(kb3, k3, gam3, BC, P)
+    a10, a20, a21 = _block_a(kb1, k0, gam1, gam0, P), _block_a(kb2, k0, gam2, gam0, P), _block_a(kb2, k1, gam2, gam1, P)
+    a30, a31, a32 = _block_a(kb3, k0, gam3, gam0, P), _block_a(kb3, k1, gam3, gam1, P), _block_a(kb3, k2, gam3, gam2, P)
+    t10 = -_dot(t11, _dot(a10, t00, P), P)
+    t21 = -_dot(t22, _dot(a21, t11, P), P)
+    t20 = -_dot(t22, _dot(a20, t00, P) + _dot(a21, t10, P), P)
+    t32 = -_dot(t33, _dot(a32, t22, P), P)
+    t31 = -_dot(t33, _dot(a31, t11, P) + _dot(a32, t21, P), P)
+    t30 = -_dot(t33, _dot(a30, t00, P) + _dot(a31, t10, P) + _dot(a32, t20, P), P)
 
     kg0, kg1 = kb0 * tl.exp(gam0)[:, None], kb1 * tl.exp(gam1)[:, None]
     kg2, kg3 = kb2 * tl.exp(gam2)[:, None], kb3 * tl.exp(gam3)[:, None]
     vb0, vb1, vb2, vb3 = v0 * b0[:, None], v1 * b1[:, None], v2 * b2[:, None], v3 * b3[:, None]
-    w0 = tl.dot(t00, kg0, input_precision=DOT_PRECISION)
-    u0 = tl.dot(t00, vb0, input_precision=DOT_PRECISION)
-    w1 = tl.dot(t10, kg0, input_precision=DOT_PRECISION) + tl.dot(t11, kg1, input_precision=DOT_PRECISION)
-    u1 = tl.dot(t10, vb0, input_precision=DOT_PRECISION) + tl.dot(t11, vb1, input_precision=DOT_PRECISION)
-    w2 = (
-        tl.dot(t20, kg0, input_precision=DOT_PRECISION)
-        + tl.dot(t21, kg1, input_precision=DOT_PRECISION)
-        + tl.dot(t22, kg2, input_precision=DOT_PRECISION)
-    )
-    u2 = (
-        tl.dot(t20, vb0, input_precision=DOT_PRECISION)
-        + tl.dot(t21, vb1, input_precision=DOT_PRECISION)
-        + tl.dot(t22, vb2, input_precision=DOT_PRECISION)
-    )
-    w3 = (
-        tl.dot(t30, kg0, input_precision=DOT_PRECISION)
-        + tl.dot(t31, kg1, input_precision=DOT_PRECISION)
-        + tl.dot(t32, kg2, input_precision=DOT_PRECISION)
-        + tl.dot(t33, kg3, input_precision=DOT_PRECISION)
-    )
-    u3 = (
-        tl.dot(t30, vb0, input_precision=DOT_PRECISION)
-        + tl.dot(t31, vb1, input_precision=DOT_PRECISION)
-        + tl.dot(t32, vb2, input_precision=DOT_PRECISION)
-        + tl.dot(t33, vb3, input_precision=DOT_PRECISION)
-    )
+    w0 = _dot(t00, kg0, P)
+    w1 = _dot(t10, kg0, P) + _dot(t11, kg1, P)
+    w2 = _dot(t20, kg0, P) + _dot(t21, kg1, P) + _dot(t22, kg2, P)
+    w3 = _dot(t30, kg0, P) + _dot(t31, kg1, P) + _dot(t32, kg2, P) + _dot(t33, kg3, P)
+    u0 = _dot(t00, vb0, P)
+    u1 = _dot(t10, vb0, P) + _dot(t11, vb1, P)
+    u2 = _dot(t20, vb0, P) + _dot(t21, vb1, P) + _dot(t22, vb2, P)
+    u3 = _dot(t30, vb0, P) + _dot(t31, vb1, P) + _dot(t32, vb2, P) + _dot(t33, vb3, P)
+    # fmt: on
+    kk = tl.arange(0, BK)
+    k_ok = kk < K
+    vv = tl.arange(0, BV)
+    v_ok = vv < V
+    rc = tl.arange(0, BC)
     _store_rows(w_ptr, w0, t0 + rc, eos, hv, HV, kk, k_ok, K)
     _store_rows(w_ptr, w1, t0 + BC + rc, eos, hv, HV, kk, k_ok, K)
     _store_rows(w_ptr, w2, t0 + 2 * BC + rc, eos, hv, HV, kk, k_ok, K)
@@ -455,7 +389,7 @@ def chunk_gated_delta_rule(
         _chunk_wy_kernel[(chunk_rows.shape[0], heads_v)](
             k, v, g, beta, w, u, chunk_rows,
             H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BK=block_k, BV=max(triton.next_power_of_2(dim_v), 16),
-            USE_L2NORM=use_qk_l2norm_in_kernel, DOT_PRECISION=_DOT_PRECISION, num_warps=4, num_stages=1,
+            BC=16, USE_L2NORM=use_qk_l2norm_in_kernel, P=_DOT_PRECISION, num_warps=4, num_stages=1,
         )  # fmt: skip
         grid = (triton.cdiv(dim_v, block_v), n_seqs * heads_v)
         _chunk_state_output_kernel[grid](
