@@ -259,36 +259,14 @@ def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
     w_gate_up = torch.randn(s.experts, 2 * s.inter, s.hidden, device=dev, dtype=bf16) / s.hidden**0.5
     w_down = torch.randn(s.experts, s.hidden, s.inter, device=dev, dtype=bf16) / s.inter**0.5
     expert_bytes = 3 * s.inter * s.hidden * 2
+    paths = {"pairs": moe_tri.fused_moe_pairs, "grouped": moe_tri.fused_moe_grouped}
     for tokens in s.moe_tokens:
-        with bench.section(f"fused_moe T={tokens}"):
-            x = torch.randn(tokens, s.hidden, device=dev, dtype=bf16)
-            # Several routings, cycled while timing, so that the touched experts are not all sitting in L2.
-            routings = [
-                router_ref.router_topk(torch.randn(tokens, s.experts, device=dev), s.top_k) for _ in range(8)
-            ]
-            wt, ids = routings[0]
-            out = moe_tri.fused_moe(x, w_gate_up, w_down, wt.to(bf16), ids)
-            bench.check(
-                f"fused_moe T={tokens}",
-                out,
-                moe_ref.fused_moe(x, w_gate_up, w_down, wt.to(bf16), ids),
-                1e-2 * loose,
-            )
-            touched = sum(r[1].unique().numel() for r in routings) / len(routings)
-            turn = iter(range(10**9))
-
-            def run_moe(x=x, routings=routings, turn=turn):
-                wt, ids = routings[next(turn) % len(routings)]
-                return moe_tri.fused_moe(x, w_gate_up, w_down, wt, ids)
-
-            flops = 2 * tokens * s.top_k * 3 * s.inter * s.hidden
-            bench.timed(
-                f"fused_moe T={tokens} ({touched:.0f} experts)",
-                run_moe,
-                touched * expert_bytes + 2 * x.numel() * 2,
-                flops,
-                ceil,
-            )
+        # Both paths where both are plausible (decode sizes), to settle PAIR_PATH_MAX_PAIRS; prefill: grouped.
+        for path_name, path in paths.items():
+            if path_name == "pairs" and tokens * s.top_k > 512:
+                continue
+            with bench.section(f"fused_moe T={tokens} {path_name}"):
+                moe_row(bench, s, ceil, tokens, path_name, path, w_gate_up, w_down, expert_bytes, loose)
 
     hk, hv, d = s.heads_k, s.heads_v, s.head_dim
     for name, cu in (
@@ -391,6 +369,35 @@ def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
             bench.timed(
                 f"fused_recurrent (decode) B={batch}", run_recurrent, 2 * states[0].numel() * 4, 0, ceil
             )
+
+
+def moe_row(bench, s, ceil, tokens, path_name, path, w_gate_up, w_down, expert_bytes, loose) -> None:
+    dev, bf16 = bench.device, torch.bfloat16
+    x = torch.randn(tokens, s.hidden, device=dev, dtype=bf16)
+    # Several routings, cycled while timing, so that the touched experts are not all sitting in L2.
+    routings = [router_ref.router_topk(torch.randn(tokens, s.experts, device=dev), s.top_k) for _ in range(8)]
+    routings = [(wt.to(bf16), ids) for wt, ids in routings]
+    wt, ids = routings[0]
+    bench.check(
+        f"fused_moe T={tokens} {path_name}",
+        path(x, w_gate_up, w_down, wt, ids),
+        moe_ref.fused_moe(x, w_gate_up, w_down, wt, ids),
+        1e-2 * loose,
+    )
+    touched = sum(r[1].unique().numel() for r in routings) / len(routings)
+    turn = iter(range(10**9))
+
+    def run_moe() -> torch.Tensor:
+        wt, ids = routings[next(turn) % len(routings)]
+        return path(x, w_gate_up, w_down, wt, ids)
+
+    bench.timed(
+        f"fused_moe T={tokens} {path_name} ({touched:.0f} experts)",
+        run_moe,
+        touched * expert_bytes + 2 * x.numel() * 2,
+        2 * tokens * s.top_k * 3 * s.inter * s.hidden,
+        ceil,
+    )
 
 
 def build_random_model(config, device: torch.device, dtype: torch.dtype):

@@ -29,8 +29,23 @@ def _random_routing(tokens: int, n_experts: int, k: int) -> tuple[torch.Tensor, 
 
 
 def _check(x, w_gate_up, w_down, weights, ids) -> None:
-    out = triton.fused_moe(x, w_gate_up, w_down, weights, ids)
-    assert_close(out, reference.fused_moe(x, w_gate_up, w_down, weights, ids), RATIO[x.dtype], "moe out")
+    """Both Triton paths (decode pairs, sorted grouped GEMM) against the reference, whatever `fused_moe` picks."""
+    expected = reference.fused_moe(x, w_gate_up, w_down, weights, ids)
+    for path in (triton.fused_moe_pairs, triton.fused_moe_grouped):
+        out = path(x, w_gate_up.contiguous(), w_down.contiguous(), weights, ids)
+        assert_close(out, expected, RATIO[x.dtype], f"moe out ({path.__name__})")
+
+
+def test_fused_moe_picks_the_pair_path_for_decode_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    picked: list[str] = []
+    for name in ("fused_moe_pairs", "fused_moe_grouped"):
+        real = getattr(triton, name)
+        monkeypatch.setattr(triton, name, lambda *a, _r=real, _n=name: picked.append(_n) or _r(*a))
+    w_gate_up, w_down = _experts(8, 32, 16, torch.float32)
+    for tokens in (1, triton.PAIR_PATH_MAX_PAIRS // 2, triton.PAIR_PATH_MAX_PAIRS // 2 + 1):
+        x = torch.randn(tokens, 32)
+        triton.fused_moe(x, w_gate_up, w_down, *_random_routing(tokens, 8, 2))
+    assert picked == ["fused_moe_pairs", "fused_moe_pairs", "fused_moe_grouped"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

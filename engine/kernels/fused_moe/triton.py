@@ -15,6 +15,11 @@ neighbouring programs share the same weight columns, which stay in L2.
 
 Decode (T*K small) and prefill use different block shapes, chosen by T*K (no autotuning: it needs a GPU driver,
 and the CPU interpreter has none). The shared expert is an ordinary dense MLP; the model launches it beside this.
+
+Decode with at most `PAIR_PATH_MAX_PAIRS` pairs skips the alignment (about fifteen small torch kernels per layer,
+which dominate a memory-bound decode step in a CUDA graph) and runs two GEMV-shaped kernels on the routing as it
+is: `_pair_gate_up_kernel`, one program per (pair, column block), and `_token_down_kernel`, one program per (token,
+column block) that sums its K experts in registers (no [T*K, H] buffer, no separate reduction).
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ import triton.language as tl
 
 # The interpreter multiplies bf16 bit patterns in tl.dot (silently wrong), so it gets fp32 operands instead.
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "") == "1"
+# Up to this many (token, expert) pairs (batch 16 at top-8) decode takes the pair path. A first guess from launch
+# counts, to be settled on a GPU: bench/gpu_check.py times both paths at T=1 and T=32.
+PAIR_PATH_MAX_PAIRS = 128
 
 
 @triton.jit
@@ -151,6 +159,81 @@ def _down_kernel(
     )
 
 
+@triton.jit
+def _pair_gate_up_kernel(
+    x_ptr,
+    w_ptr,
+    ids_ptr,
+    act_ptr,
+    hidden,
+    inter,
+    TOP_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pair = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    token = (pair // TOP_K).to(tl.int64)
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < inter
+    ks = tl.arange(0, BLOCK_K)
+    w_gate = w_ptr + expert * 2 * inter * hidden + cols[:, None].to(tl.int64) * hidden
+    w_up = w_gate + inter * hidden
+    gate_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    up_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, hidden, BLOCK_K):
+        k_ok = (k0 + ks) < hidden
+        xk = tl.load(x_ptr + token * hidden + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+        w_mask = col_ok[:, None] & k_ok[None, :]
+        # Weight rows [2I, H] are contiguous along H: each tile is BLOCK_N rows of BLOCK_K consecutive values.
+        wg = tl.load(w_gate + (k0 + ks)[None, :], mask=w_mask, other=0.0).to(tl.float32)
+        wu = tl.load(w_up + (k0 + ks)[None, :], mask=w_mask, other=0.0).to(tl.float32)
+        gate_acc += tl.sum(wg * xk[None, :], axis=1)
+        up_acc += tl.sum(wu * xk[None, :], axis=1)
+    gate = gate_acc.to(act_ptr.dtype.element_ty).to(tl.float32)
+    up = up_acc.to(act_ptr.dtype.element_ty).to(tl.float32)
+    act = gate * tl.sigmoid(gate) * up
+    tl.store(act_ptr + pair.to(tl.int64) * inter + cols, act.to(act_ptr.dtype.element_ty), mask=col_ok)
+
+
+@triton.jit
+def _token_down_kernel(
+    act_ptr,
+    w_ptr,
+    ids_ptr,
+    pair_weight_ptr,
+    out_ptr,
+    hidden,
+    inter,
+    TOP_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    pid_n = tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < hidden
+    ks = tl.arange(0, BLOCK_K)
+    total = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for j in range(TOP_K):
+        pair = token * TOP_K + j
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        w_rows = w_ptr + expert * hidden * inter + cols[:, None].to(tl.int64) * inter
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, inter, BLOCK_K):
+            k_ok = (k0 + ks) < inter
+            a = tl.load(act_ptr + pair * inter + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+            w = tl.load(w_rows + (k0 + ks)[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+            acc += tl.sum(w.to(tl.float32) * a[None, :], axis=1)
+        # As the grouped path: each expert output and router weight rounded to the output dtype, then the
+        # product rounded, then the K products summed in fp32 and rounded once.
+        y = acc.to(out_ptr.dtype.element_ty).to(tl.float32)
+        pair_w = tl.load(pair_weight_ptr + pair).to(out_ptr.dtype.element_ty).to(tl.float32)
+        total += (y * pair_w).to(out_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + token * hidden + cols, total.to(out_ptr.dtype.element_ty), mask=col_ok)
+
+
 def align_pairs_to_blocks(
     topk_ids: torch.Tensor, n_experts: int, block_m: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -202,13 +285,52 @@ def fused_moe(
 ) -> torch.Tensor:
     """x [T, H]; w_gate_up [E, 2I, H] (rows 0:I gate, I:2I up); w_down [E, H, I]; topk_* [T, K] -> [T, H]."""
     num_tokens, top_k = topk_ids.shape
-    n_experts, two_inter, hidden = w_gate_up.shape
-    inter = two_inter // 2
     num_pairs = num_tokens * top_k
     if num_pairs == 0:
         return torch.zeros_like(x)
     x = x.contiguous()
     w_gate_up, w_down = w_gate_up.contiguous(), w_down.contiguous()
+    if num_pairs <= PAIR_PATH_MAX_PAIRS:
+        return fused_moe_pairs(x, w_gate_up, w_down, topk_weights, topk_ids)
+    return fused_moe_grouped(x, w_gate_up, w_down, topk_weights, topk_ids)
+
+
+def fused_moe_pairs(
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The decode path: the routing as it is, two GEMV-shaped kernels (see the module docstring)."""
+    num_tokens, top_k = topk_ids.shape
+    hidden, inter = w_down.shape[1], w_down.shape[2]
+    block_n, block_k = (32, 32) if _INTERPRETING else (16, 256)
+    ids = topk_ids.contiguous()
+    act = torch.empty(num_tokens * top_k, inter, dtype=x.dtype, device=x.device)
+    _pair_gate_up_kernel[(num_tokens * top_k, triton.cdiv(inter, block_n))](
+        x, w_gate_up, ids, act, hidden, inter, TOP_K=top_k, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4
+    )
+    out = torch.empty_like(x)
+    _token_down_kernel[(num_tokens, triton.cdiv(hidden, block_n))](
+        act, w_down, ids, topk_weights.contiguous(), out, hidden, inter,
+        TOP_K=top_k, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+    )  # fmt: skip
+    return out
+
+
+def fused_moe_grouped(
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The sorted-token grouped GEMM (steps 1-4 of the module docstring)."""
+    num_tokens, top_k = topk_ids.shape
+    n_experts, two_inter, hidden = w_gate_up.shape
+    inter = two_inter // 2
+    num_pairs = num_tokens * top_k
     cfg = _block_config(num_pairs, _INTERPRETING)
     block_m, block_n, block_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     launch = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
