@@ -3,7 +3,11 @@ plain-torch reference otherwise; `engine.kernels.dispatch.use_triton` decides.""
 
 from engine.kernels.causal_conv1d import causal_conv1d, causal_conv1d_update
 from engine.kernels.fused_moe import fused_moe
-from engine.kernels.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+from engine.kernels.gated_delta_rule import (
+    chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule,
+    gated_delta_rule_decode,
+)
 from engine.kernels.gated_rms_norm import gated_rms_norm
 from engine.kernels.rms_norm import rms_norm
 from engine.kernels.router_topk import router_topk
@@ -14,6 +18,7 @@ __all__ = [
     "chunk_gated_delta_rule",
     "fused_moe",
     "fused_recurrent_gated_delta_rule",
+    "gated_delta_rule_decode",
     "gated_rms_norm",
     "rms_norm",
     "router_topk",

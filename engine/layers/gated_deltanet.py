@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine.cache import Cache
@@ -13,9 +12,10 @@ from engine.kernels import (
     causal_conv1d,
     causal_conv1d_update,
     chunk_gated_delta_rule,
-    fused_recurrent_gated_delta_rule,
+    gated_delta_rule_decode,
     gated_rms_norm,
 )
+from engine.kernels.gated_delta_rule.reference import deltanet_gates
 from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
 from engine.layers.norms import GatedRMSNorm
@@ -63,21 +63,30 @@ class GatedDeltaNet(nn.Module):
     def decode_dims(self) -> tuple[int, int, int, int, float]:
         return self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim, self.norm.eps
 
+    def decode_states(
+        self, batch: ForwardBatch, cache: Cache
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(conv state, recurrent state, slot ids) as `deltanet_decode` takes them: views of the batch's rows when
+        its slots are consecutive (an eager batch), else the whole per-slot caches and the slots to touch."""
+        conv_cache, state_cache = cache.conv[self.cache_index], cache.recurrent[self.cache_index]
+        if batch.slot_range is not None:
+            return batch.select(conv_cache), batch.select(state_cache), None
+        return conv_cache, state_cache, batch.slots
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: Cache) -> torch.Tensor:
+        if batch.is_decode:
+            return deltanet_decode(
+                x, *self.decode_weights(), *self.decode_states(batch, cache), *self.decode_dims()
+            )
+
         conv_cache = cache.conv[self.cache_index]
         state_cache = cache.recurrent[self.cache_index]
         conv_state = batch.select(conv_cache)
         state = batch.select(state_cache)
-        if batch.is_decode:
-            out = deltanet_decode(x, *self.decode_weights(), conv_state, state, *self.decode_dims())
-            batch.write_back(conv_cache, conv_state)
-            batch.write_back(state_cache, state)
-            return out
-
         tokens = x.shape[0]
         in_proj, conv_weight, A_log, dt_bias, norm_weight, out_proj = self.decode_weights()
         qkv, z, b, a = _split_in_proj(linear(x, in_proj), *self.decode_dims()[:4])
-        beta, g = _gates(b, a, A_log, dt_bias)
+        beta, g = deltanet_gates(a, b, A_log, dt_bias)
         mixed, new_conv_state = causal_conv1d(
             qkv[None], conv_weight, conv_state=conv_state, cu_seqlens=batch.cu_seqlens
         )
@@ -118,14 +127,6 @@ def _split_in_proj(
     return projected.split([conv_dim, heads_v * dim_v, heads_v, heads_v], dim=-1)
 
 
-def _gates(
-    b: torch.Tensor, a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """beta = sigmoid(b) in the model dtype (as the reference does); log-decay g = -exp(A_log) softplus(a + dt_bias)
-    in fp32."""
-    return torch.sigmoid(b), -A_log.float().exp() * F.softplus(a.float() + dt_bias)
-
-
 def deltanet_decode(
     x: torch.Tensor,
     in_proj: torch.Tensor,
@@ -136,29 +137,31 @@ def deltanet_decode(
     out_proj: torch.Tensor,
     conv_state: torch.Tensor,
     state: torch.Tensor,
+    slot_ids: torch.Tensor | None,
     heads_k: int,
     heads_v: int,
     dim_k: int,
     dim_v: int,
     eps: float,
 ) -> torch.Tensor:
-    """One token of every sequence through the layer: x [B, hidden] -> [B, hidden], with conv_state [B, conv_dim,
-    width] and the fp32 state [B, HV, K, V] updated in place. Tensors and numbers only (no module), so one
-    `torch.compile` graph serves every DeltaNet layer (see `engine/models/qwen3_5_moe.py`, `compile_decode`)."""
+    """One token of every sequence through the layer: x [B, hidden] -> [B, hidden]. conv_state [B, conv_dim,
+    width] and the fp32 state [B, HV, K, V] are updated in place, or with `slot_ids` [B] the whole per-slot caches
+    at those rows. Tensors and numbers only (no module), so one `torch.compile` graph serves every DeltaNet layer
+    (see `engine/models/qwen3_5_moe.py`, `compile_decode`)."""
     tokens = x.shape[0]
     qkv, z, b, a = _split_in_proj(linear(x, in_proj), heads_k, heads_v, dim_k, dim_v)
-    beta, g = _gates(b, a, A_log, dt_bias)
-    mixed = causal_conv1d_update(qkv, conv_weight, conv_state)  # [B, conv_dim], conv_state shifted in place
+    mixed = causal_conv1d_update(qkv, conv_weight, conv_state, slot_ids)  # [B, conv_dim]
     q, k, v = mixed.split([heads_k * dim_k, heads_k * dim_k, heads_v * dim_v], dim=-1)
-    o, _ = fused_recurrent_gated_delta_rule(
-        q.reshape(tokens, 1, heads_k, dim_k),
-        k.reshape(tokens, 1, heads_k, dim_k),
-        v.reshape(tokens, 1, heads_v, dim_v),
-        g[:, None],
-        beta[:, None],
-        initial_state=state,
-        use_qk_l2norm_in_kernel=True,
-        inplace_final_state=True,
+    o = gated_delta_rule_decode(
+        q.reshape(tokens, heads_k, dim_k),
+        k.reshape(tokens, heads_k, dim_k),
+        v.reshape(tokens, heads_v, dim_v),
+        a,
+        b,
+        A_log,
+        dt_bias,
+        state,
+        slot_ids,
     )
-    o = gated_rms_norm(o[:, 0], z.reshape(tokens, heads_v, dim_v), norm_weight, eps)
+    o = gated_rms_norm(o, z.reshape(tokens, heads_v, dim_v), norm_weight, eps)
     return linear(o.reshape(tokens, heads_v * dim_v), out_proj)

@@ -85,22 +85,16 @@ class DecoderLayer(nn.Module):
             hidden = self.self_attn(hidden, rope, batch, cache)
             return regions.moe_tail(hidden, residual, self.post_attention_layernorm.weight, eps, *moe_args)
         mixer = self.linear_attn
-        conv_cache, state_cache = cache.conv[mixer.cache_index], cache.recurrent[mixer.cache_index]
-        conv_state, state = batch.select(conv_cache), batch.select(state_cache)
-        out = regions.deltanet_layer(
+        return regions.deltanet_layer(
             hidden,
             residual,
             (self.input_layernorm.weight, self.post_attention_layernorm.weight),
             eps,
             mixer.decode_weights(),
             mixer.decode_dims(),
-            conv_state,
-            state,
+            mixer.decode_states(batch, cache),
             *moe_args,
         )
-        batch.write_back(conv_cache, conv_state)
-        batch.write_back(state_cache, state)
-        return out
 
 
 def deltanet_layer_decode(
@@ -110,14 +104,13 @@ def deltanet_layer_decode(
     eps: float,
     deltanet_weights: tuple[torch.Tensor, ...],
     deltanet_dims: tuple[int, int, int, int, float],
-    conv_state: torch.Tensor,
-    state: torch.Tensor,
+    deltanet_states: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
     moe_weights: tuple[torch.Tensor, ...],
     moe_dims: tuple[int, int, int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A whole DeltaNet decoder layer for decode tokens: add + norm, mixer, add + norm, MoE (gathered experts)."""
     x, residual = rms_norm(hidden, norms[0], eps, residual=residual)
-    hidden = deltanet_decode(x, *deltanet_weights, conv_state, state, *deltanet_dims)
+    hidden = deltanet_decode(x, *deltanet_weights, *deltanet_states, *deltanet_dims)
     return moe_tail_decode(hidden, residual, norms[1], eps, moe_weights, moe_dims)
 
 

@@ -57,6 +57,23 @@ def test_causal_conv1d_update(batch: int, dim: int, width: int, dtype: torch.dty
     assert torch.equal(state, state_ref), "the state must be shifted and appended in place"
 
 
+@pytest.mark.parametrize("impl", ["triton", "reference"])
+def test_causal_conv1d_update_through_slot_ids(impl: str) -> None:
+    """The per-slot cache read and written at the batch's slots only (the capture-safe decode path)."""
+    update = (triton if impl == "triton" else reference).causal_conv1d_update
+    dim, width, slots = 40, 4, 5
+    x, w = torch.randn(3, dim), torch.randn(dim, width)
+    cache = torch.randn(slots, dim, width)
+    slot_ids = torch.tensor([3, 0, 4])
+    rows = cache[slot_ids].clone()
+    untouched = cache[[1, 2]].clone()
+    y = update(x, w, cache, slot_ids)
+    y_ref = reference.causal_conv1d_update(x, w, rows)
+    assert_close(y, y_ref, 1e-6, "y")
+    assert torch.equal(cache[slot_ids], rows), "the slots' rows are shifted and appended in place"
+    assert torch.equal(cache[[1, 2]], untouched), "other slots stay as they were"
+
+
 def test_prefill_then_updates_equal_one_long_prefill() -> None:
     """The decode update continues a prefill exactly: the carried state is the whole interface between them."""
     dim, width, length = 24, 4, 9

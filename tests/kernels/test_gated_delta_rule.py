@@ -151,3 +151,34 @@ def test_chunk_prefill_then_recurrent_decode_continue_one_sequence() -> None:
         outs.append(o_t)
     assert_close(torch.cat(outs, 1), o_ref, 1e-5, "o")
     assert_close(state, ht_ref, 1e-5, "state")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("with_slots", [False, True])
+@pytest.mark.parametrize(
+    ("heads", "heads_v", "dim_k", "dim_v", "l2"), [(1, 2, 16, 48, True), (2, 4, 32, 16, False)]
+)
+def test_gated_decode_fuses_the_gates_and_the_slot_gather(
+    heads, heads_v, dim_k, dim_v, l2, with_slots, dtype
+):
+    """One launch: gates from the raw projections, the step, the state written back at its cache slots."""
+    batch, slots = 3, 5
+    q, k, v, _, _ = _inputs(batch, 1, heads, heads_v, dim_k, dim_v, dtype, l2)
+    a, b = torch.randn(batch, heads_v).to(dtype), torch.randn(batch, heads_v).to(dtype)
+    a[0, 0] = 30.0  # past softplus's threshold
+    A_log, dt_bias = torch.rand(heads_v) * 2.5, torch.randn(heads_v)
+    slot_ids = torch.tensor([4, 0, 2]) if with_slots else None
+    cache = torch.randn(slots if with_slots else batch, heads_v, dim_k, dim_v) / dim_k
+    rows = cache[slot_ids] if with_slots else cache
+    # Ground truth: the gates as the model computes them, then the token loop on the gathered rows.
+    beta, g = reference.deltanet_gates(a, b, A_log, dt_bias)
+    o_ref, state_ref = _expected(q, k, v, g[:, None], beta[:, None], rows.clone(), None, l2)
+    for impl in (triton, reference):
+        state = cache.clone()
+        o = impl.gated_delta_rule_decode(
+            q[:, 0], k[:, 0], v[:, 0], a, b, A_log, dt_bias, state, slot_ids, use_qk_l2norm_in_kernel=l2
+        )
+        assert_close(o, o_ref[:, 0].to(dtype), RECURRENT_RATIO[dtype], f"o ({impl.__name__})")
+        assert_close(state[slot_ids] if with_slots else state, state_ref, RECURRENT_RATIO[dtype], "state")
+        if with_slots:
+            assert torch.equal(state[[1, 3]], cache[[1, 3]]), "slots outside the batch stay as they were"

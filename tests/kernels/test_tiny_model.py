@@ -34,7 +34,7 @@ TRITON_OPS = {
     "engine.kernels.router_topk.triton": ["router_topk"],
     "engine.kernels.fused_moe.triton": ["fused_moe"],
     "engine.kernels.causal_conv1d.triton": ["causal_conv1d", "causal_conv1d_update"],
-    "engine.kernels.gated_delta_rule.triton": ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"],
+    "engine.kernels.gated_delta_rule.triton": ["chunk_gated_delta_rule", "gated_delta_rule_decode"],
 }
 
 

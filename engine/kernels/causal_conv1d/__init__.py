@@ -20,11 +20,13 @@ def causal_conv1d(
     return impl.causal_conv1d(x, weight, conv_state=conv_state, cu_seqlens=cu_seqlens)
 
 
-def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor) -> torch.Tensor:
+def causal_conv1d_update(
+    x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slot_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     impl = reference
     if use_triton(x, weight):
         from engine.kernels.causal_conv1d import triton as impl
-    return impl.causal_conv1d_update(x, weight, conv_state)
+    return impl.causal_conv1d_update(x, weight, conv_state, slot_ids)
 
 
 __all__ = ["causal_conv1d", "causal_conv1d_update"]

@@ -53,8 +53,16 @@ def _conv_batch(
     return y, new_state
 
 
-def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor) -> torch.Tensor:
-    """One decode step. x [B, D]; conv_state [B, D, W] is shifted left and x appended, in place."""
+def causal_conv1d_update(
+    x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slot_ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One decode step. x [B, D]; conv_state [B, D, W] is shifted left and x appended, in place.
+    With `slot_ids` [B], conv_state is the per-slot cache [S, D, W] and row b of the batch is slot slot_ids[b]."""
+    if slot_ids is not None:
+        rows = conv_state.index_select(0, slot_ids)
+        y = causal_conv1d_update(x, weight, rows)
+        conv_state.index_copy_(0, slot_ids, rows)
+        return y
     window = torch.cat([conv_state[..., 1:], x.unsqueeze(-1).to(conv_state.dtype)], dim=-1)
     conv_state.copy_(window)
     y = (window.to(x.dtype) * weight.to(x.dtype)).sum(-1)

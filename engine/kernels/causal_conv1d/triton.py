@@ -134,16 +134,21 @@ def _causal_conv1d_update_kernel(
     w_ptr,
     state_ptr,
     y_ptr,
+    slot_ptr,
     dim,
     W: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    HAS_SLOTS: tl.constexpr,
 ):
     pid_d = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     chans = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     d_mask = chans < dim
     x = tl.load(x_ptr + b * dim + chans, mask=d_mask, other=0.0)
-    state_row = state_ptr + b * dim * W + chans * W
+    slot = b
+    if HAS_SLOTS:
+        slot = tl.load(slot_ptr + b).to(tl.int64)
+    state_row = state_ptr + slot * dim * W + chans * W
     acc = tl.load(w_ptr + chans * W + (W - 1), mask=d_mask, other=0.0).to(tl.float32) * x.to(tl.float32)
     for j in tl.static_range(W - 1):
         # After the shift, column j holds what column j + 1 held; it meets weight column j.
@@ -154,8 +159,11 @@ def _causal_conv1d_update_kernel(
     tl.store(y_ptr + b * dim + chans, (acc * tl.sigmoid(acc)).to(y_ptr.dtype.element_ty), mask=d_mask)
 
 
-def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor) -> torch.Tensor:
-    """One decode step. x [B, D]; conv_state [B, D, W] (contiguous) is shifted left and x appended, in place."""
+def causal_conv1d_update(
+    x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slot_ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One decode step. x [B, D]; conv_state [B, D, W] (contiguous) is shifted left and x appended, in place.
+    With `slot_ids` [B], conv_state is the per-slot cache [S, D, W], read and written at those rows in place."""
     if not conv_state.is_contiguous():
         raise ValueError("conv_state must be contiguous: it is updated in place")
     batch, dim = x.shape
@@ -165,6 +173,7 @@ def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     if batch:
         block_d = min(triton.next_power_of_2(dim), 512)
         _causal_conv1d_update_kernel[(triton.cdiv(dim, block_d), batch)](
-            x, weight.contiguous(), conv_state, y, dim, W=width, BLOCK_D=block_d, num_warps=4
-        )
+            x, weight.contiguous(), conv_state, y, x if slot_ids is None else slot_ids.contiguous(), dim,
+            W=width, BLOCK_D=block_d, HAS_SLOTS=slot_ids is not None, num_warps=4,
+        )  # fmt: skip
     return y

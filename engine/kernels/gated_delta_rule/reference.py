@@ -152,6 +152,40 @@ def _is_decode_step(q: torch.Tensor, state: torch.Tensor | None, cu_seqlens: tor
     )
 
 
+def deltanet_gates(
+    a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gated DeltaNet's gates from its projections: beta = sigmoid(b) in the model dtype (as the reference
+    model does), log-decay g = -exp(A_log) * softplus(a + dt_bias) in fp32."""
+    return torch.sigmoid(b), -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+
+
+def gated_delta_rule_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state: torch.Tensor,
+    slot_ids: torch.Tensor | None = None,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = True,
+) -> torch.Tensor:
+    """One decode token per sequence, gates included: q, k [B, H, K]; v [B, HV, V]; a, b [B, HV] (the layer's
+    projections); state fp32 [B, HV, K, V] updated in place, or with `slot_ids` [B] the per-slot cache
+    [S, HV, K, V] updated at those rows. Returns o [B, HV, V] in v.dtype."""
+    beta, g = deltanet_gates(a, b, A_log, dt_bias)
+    rows = state if slot_ids is None else state.index_select(0, slot_ids)
+    o = _decode_step(
+        q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None], scale, rows, use_qk_l2norm_in_kernel
+    )
+    if slot_ids is not None:
+        state.index_copy_(0, slot_ids, rows)
+    return o[:, 0]
+
+
 def _decode_step(
     q: torch.Tensor,
     k: torch.Tensor,

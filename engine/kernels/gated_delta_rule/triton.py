@@ -323,6 +323,98 @@ def _recurrent_gated_delta_rule_kernel(
         tl.store(ht_ptr + state_off, state, mask=state_mask)
 
 
+@triton.jit
+def _gated_decode_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    a_ptr,
+    b_ptr,
+    a_log_ptr,
+    dt_bias_ptr,
+    o_ptr,
+    state_ptr,
+    slot_ptr,
+    scale,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    USE_L2NORM: tl.constexpr,
+    HAS_SLOTS: tl.constexpr,
+):
+    """One token of sequence n, value head hv, V block i_v: gates, l2norm, state update in place, output."""
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    n = (i_nh // HV).to(tl.int64)
+    hv = i_nh % HV
+    hk = hv // (HV // H)
+    row = n
+    if HAS_SLOTS:
+        row = tl.load(slot_ptr + n).to(tl.int64)
+    kk = tl.arange(0, BK)
+    k_ok = kk < K
+    vv = i_v * BV + tl.arange(0, BV)
+    v_ok = vv < V
+    state_off = (row * HV + hv) * K * V + kk[:, None] * V + vv[None, :]
+    state_mask = k_ok[:, None] & v_ok[None, :]
+    state = tl.load(state_ptr + state_off, mask=state_mask, other=0.0)
+
+    q = tl.load(q_ptr + (n * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + (n * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
+    if USE_L2NORM:
+        q = q * tl.math.rsqrt(tl.sum(q * q, axis=0) + 1e-6)
+        k = k * tl.math.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+    v = tl.load(v_ptr + (n * HV + hv) * V + vv, mask=v_ok, other=0.0).to(tl.float32)
+    # Gates as `reference.deltanet_gates`: beta rounded to the model dtype, g in fp32 (softplus threshold 20).
+    b = tl.load(b_ptr + n * HV + hv)
+    beta = tl.sigmoid(b.to(tl.float32)).to(b.dtype).to(tl.float32)
+    x = tl.load(a_ptr + n * HV + hv).to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32)
+    softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+    g = -tl.exp(tl.load(a_log_ptr + hv).to(tl.float32)) * softplus
+
+    state = state * tl.exp(g)
+    delta = beta * (v - tl.sum(k[:, None] * state, axis=0))
+    state = state + k[:, None] * delta[None, :]
+    o = tl.sum((q * scale)[:, None] * state, axis=0)
+    tl.store(o_ptr + (n * HV + hv) * V + vv, o.to(o_ptr.dtype.element_ty), mask=v_ok)
+    tl.store(state_ptr + state_off, state, mask=state_mask)
+
+
+def gated_delta_rule_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state: torch.Tensor,
+    slot_ids: torch.Tensor | None = None,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = True,
+) -> torch.Tensor:
+    """Same contract as `reference.gated_delta_rule_decode`, one launch (state: contiguous fp32, in place)."""
+    if state.dtype != torch.float32 or not state.is_contiguous():
+        raise ValueError("the decode state must be a contiguous fp32 tensor: it is updated in place")
+    batch, heads_k, dim_k = q.shape
+    heads_v, dim_v = v.shape[1], v.shape[2]
+    if heads_v % heads_k:
+        raise ValueError(f"value heads ({heads_v}) must be a multiple of key heads ({heads_k})")
+    o = torch.empty_like(v)
+    if batch:
+        block_v = min(triton.next_power_of_2(dim_v), 32)
+        _gated_decode_kernel[(triton.cdiv(dim_v, block_v), batch * heads_v)](
+            q.contiguous(), k.contiguous(), v.contiguous(), a.contiguous(), b.contiguous(), A_log, dt_bias, o,
+            state, q if slot_ids is None else slot_ids.contiguous(), dim_k**-0.5 if scale is None else scale,
+            H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BK=triton.next_power_of_2(dim_k), BV=block_v,
+            USE_L2NORM=use_qk_l2norm_in_kernel, HAS_SLOTS=slot_ids is not None, num_warps=4, num_stages=1,
+        )  # fmt: skip
+    return o
+
+
 def _sequences(
     q: torch.Tensor, cu_seqlens: torch.Tensor | None, initial_state: torch.Tensor | None
 ) -> tuple[torch.Tensor, int]:
