@@ -43,23 +43,40 @@ class SparseMoeBlock(nn.Module):
         self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 
         self.fused_input_proj: torch.Tensor | None = None  # set by `fuse_weights`
+        # Set by `fuse_weights` when the shared expert has the routed experts' size: [E + 1, ...] stacks whose
+        # last expert is the shared one, so it runs as one more (token, expert) pair in the same kernels.
+        self.gate_up_with_shared: torch.Tensor | None = None
+        self.down_with_shared: torch.Tensor | None = None
 
     def fuse_weights(self) -> None:
-        """Everything that reads the block's input as one GEMM: [router | shared gate | shared up | shared
-        expert gate]."""
-        shared = self.shared_expert
-        self.fused_input_proj = fuse_linear_weights(
-            self.gate, shared.gate_proj, shared.up_proj, self.shared_expert_gate
-        )
+        """One GEMM for everything that reads the block's input, and the shared expert folded into the experts
+        when sizes allow: its gate logit becomes the weight of a (k + 1)-th pair (`router_topk(shared_gate=)`).
+        Every parameter becomes a view of the fused tensors, so names and in-place edits keep working."""
+        shared, experts = self.shared_expert, self.experts
+        if shared.gate_proj.weight.shape[0] != experts.down_proj.shape[-1]:
+            self.fused_input_proj = fuse_linear_weights(
+                self.gate, shared.gate_proj, shared.up_proj, self.shared_expert_gate
+            )
+            return
+        self.fused_input_proj = fuse_linear_weights(self.gate, self.shared_expert_gate)
+        shared_gate_up = torch.cat([shared.gate_proj.weight, shared.up_proj.weight])
+        gate_up = torch.cat([experts.gate_up_proj.detach(), shared_gate_up[None]])
+        down = torch.cat([experts.down_proj.detach(), shared.down_proj.weight.detach()[None]])
+        n, inter = experts.gate_up_proj.shape[0], shared.gate_proj.weight.shape[0]
+        experts.gate_up_proj = nn.Parameter(gate_up[:n], requires_grad=False)
+        experts.down_proj = nn.Parameter(down[:n], requires_grad=False)
+        shared.gate_proj.weight = nn.Parameter(gate_up[n, :inter], requires_grad=False)
+        shared.up_proj.weight = nn.Parameter(gate_up[n, inter:], requires_grad=False)
+        shared.down_proj.weight = nn.Parameter(down[n], requires_grad=False)
+        self.gate_up_with_shared, self.down_with_shared = gate_up, down
 
-    def moe_weights(self) -> tuple[torch.Tensor, ...]:
+    def moe_weights(self) -> tuple[torch.Tensor | None, ...]:
         """What `moe` reads, in its argument order (after the input)."""
-        return (
-            require_fused(self.fused_input_proj, self),
-            self.experts.gate_up_proj,
-            self.experts.down_proj,
-            self.shared_expert.down_proj.weight,
-        )
+        input_proj = require_fused(self.fused_input_proj, self)
+        if self.gate_up_with_shared is not None:
+            return input_proj, self.gate_up_with_shared, self.down_with_shared, None
+        experts = self.experts
+        return input_proj, experts.gate_up_proj, experts.down_proj, self.shared_expert.down_proj.weight
 
     def moe_dims(self) -> tuple[int, int, int]:
         return self.gate.weight.shape[0], self.shared_expert.gate_proj.weight.shape[0], self.top_k
@@ -73,19 +90,25 @@ def moe(
     input_proj: torch.Tensor,
     gate_up: torch.Tensor,
     down: torch.Tensor,
-    shared_down: torch.Tensor,
+    shared_down: torch.Tensor | None,
     num_experts: int,
     shared_inter: int,
     top_k: int,
     experts: MoeFn,
 ) -> torch.Tensor:
-    """x [T, hidden] -> [T, hidden]. `input_proj` is [router | shared gate | shared up | shared expert gate];
-    `experts` runs the routed SwiGLU experts (`fused_moe`, or `gathered_moe` inside a compiled decode graph)."""
+    """x [T, hidden] -> [T, hidden]. `experts` runs SwiGLU experts on (token, expert) pairs (`fused_moe`, or
+    `gathered_moe` inside a compiled decode graph). With `shared_down` None, `input_proj` is [router | shared
+    expert gate] and the shared expert is expert `num_experts` of gate_up/down; else `input_proj` is [router |
+    shared gate | shared up | shared expert gate] and the shared expert runs apart."""
+    # The reference rounds the routing weights to the model dtype before mixing the experts.
+    if shared_down is None:
+        router_logits, shared_gate = linear(x, input_proj).split([num_experts, 1], dim=-1)
+        weights, ids = router_topk(router_logits, top_k, shared_gate)
+        return experts(x, gate_up, down, weights.to(x.dtype), ids)
     router_logits, gate, up, shared_gate = linear(x, input_proj).split(
         [num_experts, shared_inter, shared_inter, 1], dim=-1
     )
     shared = linear(F.silu(gate) * up, shared_down)
     weights, ids = router_topk(router_logits, top_k)
-    # The reference rounds the routing weights to the model dtype before mixing the experts.
     routed = experts(x, gate_up, down, weights.to(x.dtype), ids)
     return routed + torch.sigmoid(shared_gate) * shared

@@ -67,3 +67,20 @@ def test_router_topk(tokens: int, experts: int, k: int, dtype: torch.dtype) -> N
     assert torch.equal(ids, ids_ref)
     assert_close(weights, weights_ref, 1e-6, "weights")
     torch.testing.assert_close(weights.sum(-1), torch.ones(tokens))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_router_topk_appends_the_shared_expert_pair(dtype: torch.dtype) -> None:
+    """With the shared expert's gate logit: pair k is expert E, weighted sigmoid(logit), outside the renormalisation."""
+    tokens, experts, k = 4, 16, 3
+    ranks = torch.stack([torch.randperm(experts) for _ in range(tokens)]).float()
+    logits = ((ranks - experts / 2) * 0.125).to(dtype)
+    shared_gate = torch.randn(tokens, 1).to(dtype)
+    weights, ids = router_tri.router_topk(logits, k, shared_gate)
+    weights_ref, ids_ref = router_ref.router_topk(logits, k, shared_gate)
+    assert weights.shape == ids.shape == (tokens, k + 1)
+    assert torch.equal(ids, ids_ref) and (ids[:, k] == experts).all()
+    assert_close(weights, weights_ref, 1e-6, "weights")
+    torch.testing.assert_close(weights[:, k], torch.sigmoid(shared_gate.float())[:, 0])
+    torch.testing.assert_close(weights[:, :k].sum(-1), torch.ones(tokens))
+    assert torch.equal(router_tri.router_topk(logits, k)[1], ids[:, :k])

@@ -8,11 +8,13 @@ from engine.kernels.dispatch import use_triton
 from engine.kernels.router_topk import reference
 
 
-def router_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def router_topk(
+    logits: torch.Tensor, k: int, shared_gate: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     impl = reference
     if use_triton(logits):
         from engine.kernels.router_topk import triton as impl
-    return impl.router_topk(logits, k)
+    return impl.router_topk(logits, k, shared_gate)
 
 
 __all__ = ["router_topk"]

@@ -14,12 +14,15 @@ import triton.language as tl
 @triton.jit
 def _router_topk_kernel(
     logits_ptr,
+    shared_gate_ptr,
     weights_ptr,
     ids_ptr,
     n_experts,
     TOP_K: tl.constexpr,
+    OUT_K: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_E)
@@ -39,22 +42,32 @@ def _router_topk_kernel(
         probs = tl.where(cols == best_id, -2.0, probs)
     picked_w = picked_w / tl.sum(picked_w, axis=0)
     keep = slots < TOP_K
-    tl.store(weights_ptr + row * TOP_K + slots, picked_w, mask=keep)
-    tl.store(ids_ptr + row * TOP_K + slots, picked_id, mask=keep)
+    tl.store(weights_ptr + row * OUT_K + slots, picked_w, mask=keep)
+    tl.store(ids_ptr + row * OUT_K + slots, picked_id, mask=keep)
+    if HAS_SHARED:  # the shared expert as pair TOP_K: expert n_experts, weight sigmoid(its gate logit)
+        shared_w = tl.sigmoid(tl.load(shared_gate_ptr + row).to(tl.float32))
+        tl.store(weights_ptr + row * OUT_K + TOP_K, shared_w)
+        tl.store(ids_ptr + row * OUT_K + TOP_K, row * 0 + n_experts)  # int64, as the other ids
 
 
-def router_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [T, E] -> (weights fp32 [T, k], ids int64 [T, k]); weights sum to 1 per token."""
+def router_topk(
+    logits: torch.Tensor, k: int, shared_gate: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [T, E] -> (weights fp32 [T, k], ids int64 [T, k]); weights sum to 1 per token. With `shared_gate`
+    [T, 1]: a (k + 1)-th pair per token, expert E weighted sigmoid(shared_gate) (as `reference.router_topk`)."""
     num_tokens, n_experts = logits.shape
     if not 0 < k <= n_experts:
         raise ValueError(f"top-k must be in 1..{n_experts}, got {k}")
+    out_k = k + (shared_gate is not None)
     logits = logits.contiguous()
-    weights = torch.empty(num_tokens, k, dtype=torch.float32, device=logits.device)
-    ids = torch.empty(num_tokens, k, dtype=torch.int64, device=logits.device)
+    weights = torch.empty(num_tokens, out_k, dtype=torch.float32, device=logits.device)
+    ids = torch.empty(num_tokens, out_k, dtype=torch.int64, device=logits.device)
     if num_tokens:
         block_e = triton.next_power_of_2(n_experts)
+        shared = logits if shared_gate is None else shared_gate.reshape(num_tokens).contiguous()
         _router_topk_kernel[(num_tokens,)](
-            logits, weights, ids, n_experts,
-            TOP_K=k, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(k), num_warps=min(max(block_e // 256, 1), 4),
+            logits, shared, weights, ids, n_experts,
+            TOP_K=k, OUT_K=out_k, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(k),
+            HAS_SHARED=shared_gate is not None, num_warps=min(max(block_e // 256, 1), 4),
         )  # fmt: skip
     return weights, ids
