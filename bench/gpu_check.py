@@ -42,6 +42,7 @@ from engine.kernels.causal_conv1d import reference as conv_ref  # noqa: E402
 from engine.kernels.fused_moe import reference as moe_ref  # noqa: E402
 from engine.kernels.gated_delta_rule import reference as gdr_ref  # noqa: E402
 from engine.kernels.gated_rms_norm import reference as gated_ref  # noqa: E402
+from engine.kernels.qk_norm_rope import reference as rope_ref  # noqa: E402
 from engine.kernels.rms_norm import reference as rms_ref  # noqa: E402
 from engine.kernels.router_topk import reference as router_ref  # noqa: E402
 
@@ -154,6 +155,7 @@ def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
     from engine.kernels.fused_moe import triton as moe_tri
     from engine.kernels.gated_delta_rule import triton as gdr_tri
     from engine.kernels.gated_rms_norm import triton as gated_tri
+    from engine.kernels.qk_norm_rope import triton as rope_tri
     from engine.kernels.rms_norm import triton as rms_tri
     from engine.kernels.router_topk import triton as router_tri
 
@@ -215,6 +217,27 @@ def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
                 f"router_topk T={tokens}",
                 partial(router_tri.router_topk, logits, s.top_k),
                 logits.numel() * 2 + tokens * s.top_k * 12,
+                0,
+                ceil,
+            )
+
+        with bench.section(f"qk_norm_rope T={tokens}"):
+            # The attention layer's shapes: 16 query heads (a strided view beside their gates), 2 KV heads of 256,
+            # rotary on the first 64 dims.
+            heads, kv_heads, head_dim, rot = 16, 2, 256, 64
+            q = torch.randn(tokens, heads, 2 * head_dim, device=dev, dtype=bf16)[..., :head_dim]
+            kh = torch.randn(tokens, kv_heads, head_dim, device=dev, dtype=bf16)
+            qw, kw = (0.1 * torch.randn(2, head_dim, device=dev)).to(bf16)
+            angles = torch.rand(tokens, rot, device=dev) * 6.28
+            cos, sin = angles.cos().to(bf16), angles.sin().to(bf16)
+            got = rope_tri.qk_norm_rope(q, kh, qw, kw, cos, sin, 1e-6)
+            want = rope_ref.qk_norm_rope(q, kh, qw, kw, cos, sin, 1e-6)
+            bench.check(f"qk_norm_rope q T={tokens}", got[0], want[0], 1e-2 * loose)
+            bench.check(f"qk_norm_rope k T={tokens}", got[1], want[1], 1e-2 * loose)
+            bench.timed(
+                f"qk_norm_rope T={tokens}",
+                partial(rope_tri.qk_norm_rope, q, kh, qw, kw, cos, sin, 1e-6),
+                2 * (q.numel() + kh.numel()) * 2,
                 0,
                 ceil,
             )

@@ -9,6 +9,7 @@ from engine.kernels.gated_delta_rule import (
     gated_delta_rule_decode,
 )
 from engine.kernels.gated_rms_norm import gated_rms_norm
+from engine.kernels.qk_norm_rope import qk_norm_rope
 from engine.kernels.rms_norm import rms_norm
 from engine.kernels.router_topk import router_topk
 
@@ -20,6 +21,7 @@ __all__ = [
     "fused_recurrent_gated_delta_rule",
     "gated_delta_rule_decode",
     "gated_rms_norm",
+    "qk_norm_rope",
     "rms_norm",
     "router_topk",
 ]

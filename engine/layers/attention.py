@@ -9,10 +9,10 @@ from torch import nn
 from engine.cache import Cache
 from engine.config import Config
 from engine.forward_batch import ForwardBatch
+from engine.kernels.qk_norm_rope import qk_norm_rope
 from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
 from engine.layers.norms import RMSNorm
-from engine.layers.rotary import apply_rotary
 
 
 class GatedAttention(nn.Module):
@@ -54,9 +54,7 @@ class GatedAttention(nn.Module):
         q, gate = q_gate[..., : self.head_dim], q_gate[..., self.head_dim :]
         k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = rope
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, *rope, self.q_norm.eps)
 
         keys, values = cache.keys[self.cache_index], cache.values[self.cache_index]
         if batch.is_decode:

@@ -1,4 +1,5 @@
-"""Partial rotary embedding: NeoX half-rotation on the first `rotary_dim` dims of each head, the rest untouched.
+"""Partial rotary embedding: NeoX half-rotation on the first `rotary_dim` dims of each head, the rest untouched
+(applied with the q/k norms by `engine.kernels.qk_norm_rope`).
 
 The checkpoint's interleaved M-RoPE reduces to this for text, where the three position streams are equal."""
 
@@ -24,13 +25,3 @@ class RotaryEmbedding:
         freqs = positions.float()[:, None] * inv_freq[None, :]
         angles = torch.cat([freqs, freqs], dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, heads, head_dim]; cos, sin [T, rotary_dim]."""
-    rot_dim = cos.shape[-1]
-    rot, rest = x[..., :rot_dim], x[..., rot_dim:]
-    half = rot_dim // 2
-    rotated_half = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
-    rot = rot * cos[:, None, :] + rotated_half * sin[:, None, :]
-    return torch.cat([rot, rest], dim=-1)

@@ -23,6 +23,7 @@ KERNEL_MODULES = [
     "engine.kernels.causal_conv1d.triton",
     "engine.kernels.fused_moe.triton",
     "engine.kernels.gated_delta_rule.triton",
+    "engine.kernels.qk_norm_rope.triton",
 ]
 
 
