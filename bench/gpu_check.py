@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from engine.kernels.causal_conv1d import reference as conv_ref  # noqa: E402
+from engine.kernels.decode_attention import reference as attn_ref  # noqa: E402
 from engine.kernels.fused_moe import reference as moe_ref  # noqa: E402
 from engine.kernels.gated_delta_rule import reference as gdr_ref  # noqa: E402
 from engine.kernels.gated_rms_norm import reference as gated_ref  # noqa: E402
@@ -152,6 +153,7 @@ def measure_ceilings(bench: Bench) -> Ceilings:
 
 def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
     from engine.kernels.causal_conv1d import triton as conv_tri
+    from engine.kernels.decode_attention import triton as attn_tri
     from engine.kernels.fused_moe import triton as moe_tri
     from engine.kernels.gated_delta_rule import triton as gdr_tri
     from engine.kernels.gated_rms_norm import triton as gated_tri
@@ -276,6 +278,29 @@ def kernel_checks(bench: Bench, s: Shapes, ceil: Ceilings) -> None:
                 partial(conv_tri.causal_conv1d_update, xu, wc, st),
                 2 * st.numel() * 2 + 2 * xu.numel() * 2,
                 0,
+                ceil,
+            )
+
+    for batch, length in ((1, 30 * s.prefill // 8), (32, s.prefill // 4)):
+        with bench.section(f"decode_attention B={batch} L={length}"):
+            # The attention layers' cache: 2 KV heads of 256, 16 query heads; every sequence at the cache's end.
+            kv_heads, heads, head_dim = 2, 16, 256
+            keys = torch.randn(batch + 1, kv_heads, length, head_dim, device=dev, dtype=bf16)
+            values = torch.randn_like(keys)
+            q = torch.randn(batch, heads, head_dim, device=dev, dtype=bf16)
+            slots = torch.arange(batch, device=dev)
+            pos = torch.full((batch,), length - 1, device=dev)
+            bench.check(
+                f"decode_attention B={batch} L={length}",
+                attn_tri.decode_attention(q, keys, values, slots, pos),
+                attn_ref.decode_attention(q.float(), keys.float(), values.float(), slots, pos).to(bf16),
+                1e-2 * loose,
+            )
+            bench.timed(
+                f"decode_attention B={batch} L={length}",
+                partial(attn_tri.decode_attention, q, keys, values, slots, pos),
+                2 * batch * kv_heads * length * head_dim * 2,
+                4 * batch * heads * length * head_dim,
                 ceil,
             )
 

@@ -11,10 +11,10 @@ import torch
 class ForwardBatch:
     """Tokens of all sequences are packed along one axis: sequence i owns rows cu_seqlens[i]:cu_seqlens[i+1].
 
-    Two kinds of decode batch exist. `build` (eager) knows the lengths on the host, so attention reads just the
-    cached span and consecutive slots are plain views. `static_decode` (capture-safe, for CUDA graphs) knows
-    nothing on the host: attention spans the whole cache masked by `positions`, and cache rows are gathered and
-    scattered by `slots`. Both compute the same function."""
+    Two kinds of decode batch exist. `build` (eager) knows the lengths on the host, so the torch attention reads
+    just the cached span and consecutive slots are plain views. `static_decode` (capture-safe, for CUDA graphs)
+    knows nothing on the host: the kernels find each sequence's cache rows through `slots` and its extent through
+    `positions` (the torch references gather the rows and mask the whole cache). Both compute the same function."""
 
     slots: torch.Tensor  # int64 [N] cache slot of each sequence
     slot_list: list[int]  # host copy of `slots` (empty for a static decode batch)
@@ -25,7 +25,6 @@ class ForwardBatch:
     is_decode: bool  # every sequence brings exactly one token
     slot_range: tuple[int, int] | None  # (first, end) when the slots are consecutive: cache views, no gathers
     span: int = 0  # decode: cache positions attention reads (every sequence's keys lie in 0 .. span - 1)
-    needs_mask: bool = True  # decode: sequences differ in length, so attention masks keys past each position
 
     @classmethod
     def build(
@@ -49,7 +48,6 @@ class ForwardBatch:
             is_decode=all(n == 1 for n in lengths),
             slot_range=(slot_list[0], slot_list[0] + len(slot_list)) if consecutive else None,
             span=max(s + n for s, n in zip(starts, lengths, strict=True)),
-            needs_mask=len(set(starts)) > 1,
         )
 
     @classmethod
@@ -67,7 +65,6 @@ class ForwardBatch:
             is_decode=True,
             slot_range=None,
             span=max_len,
-            needs_mask=True,
         )
 
     @property

@@ -2,6 +2,7 @@
 plain-torch reference otherwise; `engine.kernels.dispatch.use_triton` decides."""
 
 from engine.kernels.causal_conv1d import causal_conv1d, causal_conv1d_update
+from engine.kernels.decode_attention import decode_attention
 from engine.kernels.fused_moe import fused_moe
 from engine.kernels.gated_delta_rule import (
     chunk_gated_delta_rule,
@@ -17,6 +18,7 @@ __all__ = [
     "causal_conv1d",
     "causal_conv1d_update",
     "chunk_gated_delta_rule",
+    "decode_attention",
     "fused_moe",
     "fused_recurrent_gated_delta_rule",
     "gated_delta_rule_decode",

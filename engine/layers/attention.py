@@ -9,6 +9,7 @@ from torch import nn
 from engine.cache import Cache
 from engine.config import Config
 from engine.forward_batch import ForwardBatch
+from engine.kernels.decode_attention import decode_attention
 from engine.kernels.qk_norm_rope import qk_norm_rope
 from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
@@ -102,12 +103,5 @@ class GatedAttention(nn.Module):
         positions = batch.positions
         keys[batch.slots, :, positions] = k
         values[batch.slots, :, positions] = v
-        # Every sequence's keys lie in 0 .. span - 1; an eager batch knows the exact span on the host, a static
-        # (graph) batch reads the whole cache and relies on the mask.
-        span = batch.span
-        k_all, v_all = batch.select(keys[:, :, :span]), batch.select(values[:, :, :span])
-        mask = None
-        if batch.needs_mask:
-            mask = (torch.arange(span, device=q.device)[None, :] <= positions[:, None])[:, None, None, :]
-        o = F.scaled_dot_product_attention(q.unsqueeze(2), k_all, v_all, attn_mask=mask, enable_gqa=True)
-        return o.squeeze(2)
+        # An eager batch knows on the host how far its keys reach (`span`): the torch path reads just that much.
+        return decode_attention(q, keys, values, batch.slots, positions, span=batch.span)

@@ -24,6 +24,7 @@ KERNEL_MODULES = [
     "engine.kernels.fused_moe.triton",
     "engine.kernels.gated_delta_rule.triton",
     "engine.kernels.qk_norm_rope.triton",
+    "engine.kernels.decode_attention.triton",
 ]
 
 

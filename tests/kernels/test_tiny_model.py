@@ -32,6 +32,7 @@ TRITON_OPS = {
     "engine.kernels.rms_norm.triton": ["rms_norm"],
     "engine.kernels.gated_rms_norm.triton": ["gated_rms_norm"],
     "engine.kernels.qk_norm_rope.triton": ["qk_norm_rope"],
+    "engine.kernels.decode_attention.triton": ["decode_attention"],
     "engine.kernels.router_topk.triton": ["router_topk"],
     "engine.kernels.fused_moe.triton": ["fused_moe"],
     "engine.kernels.causal_conv1d.triton": ["causal_conv1d", "causal_conv1d_update"],

@@ -1,0 +1,158 @@
+"""Decode attention in Triton, split-K (flash-decoding): no copy of the cache, no mask tensor, two launches.
+
+Pass 1, one program per (sequence, KV head, split of the cache length): the group of query heads that share the
+KV head (GQA) as one [G, D] tile, an online softmax over the split's keys up to the sequence's position, read in
+place from its cache slot; blocks past the position are skipped. It writes the split's running max, sum and
+unnormalised output. Pass 2, one program per (sequence, query head), merges the splits. The grid depends on the
+cache length only, never on positions, so a CUDA graph replays it for any lengths.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# The interpreter multiplies bf16 bit patterns in tl.dot (silently wrong): there the operands go in as fp32.
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+@triton.jit
+def _split_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    slot_ptr,
+    pos_ptr,
+    part_o_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    scale,
+    q_stride_b,
+    q_stride_h,
+    cache_stride_slot,
+    length,
+    H: tl.constexpr,
+    KV: tl.constexpr,
+    D: tl.constexpr,
+    SPLITS: tl.constexpr,
+    SPLIT_LEN: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    slot = tl.load(slot_ptr + b).to(tl.int64)
+    pos = tl.load(pos_ptr + b).to(tl.int32)
+    gi = tl.arange(0, BLOCK_G)
+    g_ok = gi < H // KV
+    dd = tl.arange(0, BLOCK_D)
+    d_ok = dd < D
+    heads = kvh * (H // KV) + gi
+    q = tl.load(
+        q_ptr + b * q_stride_b + heads[:, None] * q_stride_h + dd[None, :],
+        mask=g_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_sum = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    base = slot * cache_stride_slot + kvh.to(tl.int64) * length * D
+    start = split * SPLIT_LEN
+    for n0 in range(start, start + SPLIT_LEN, BLOCK_N):
+        if n0 <= pos:
+            nn = n0 + tl.arange(0, BLOCK_N)
+            n_ok = (nn <= pos) & (nn < length)
+            kv_mask = n_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_ptr + base + nn[:, None].to(tl.int64) * D + dd[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_ptr + base + nn[:, None].to(tl.int64) * D + dd[None, :], mask=kv_mask, other=0.0)
+            if UPCAST:
+                k, v = k.to(tl.float32), v.to(tl.float32)
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+            s = tl.where(n_ok[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            p = tl.exp(s - m_new[:, None])
+            alpha = tl.exp(m - m_new)
+            l_sum = l_sum * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+            m = m_new
+    part = (b * H + heads) * SPLITS + split
+    tl.store(part_o_ptr + part[:, None] * D + dd[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
+    tl.store(part_m_ptr + part, m, mask=g_ok)
+    tl.store(part_l_ptr + part, l_sum, mask=g_ok)
+
+
+@triton.jit
+def _merge_kernel(
+    part_o_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    o_ptr,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    ss = tl.arange(0, BLOCK_S)
+    s_ok = ss < SPLITS
+    dd = tl.arange(0, BLOCK_D)
+    d_ok = dd < D
+    row = (b * H + h) * SPLITS
+    m = tl.load(part_m_ptr + row + ss, mask=s_ok, other=float("-inf"))
+    l_sum = tl.load(part_l_ptr + row + ss, mask=s_ok, other=0.0)
+    # Splits that saw no key keep m = -inf: their weight is 0 (position 0 is always in split 0).
+    weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - tl.max(m, axis=0)))
+    acc = tl.load(
+        part_o_ptr + (row + ss)[:, None] * D + dd[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0
+    )
+    o = tl.sum(weight[:, None] * acc, axis=0) / tl.sum(weight * l_sum, axis=0)
+    tl.store(o_ptr + (b * H + h) * D + dd, o.to(o_ptr.dtype.element_ty), mask=d_ok)
+
+
+def decode_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slot_ids: torch.Tensor,
+    positions: torch.Tensor,
+    span: int | None = None,
+) -> torch.Tensor:
+    """Same contract as `reference.decode_attention` (`span` is not needed: positions bound the reads)."""
+    batch, heads, dim = q.shape
+    _, kv_heads, length, _ = keys.shape
+    if heads % kv_heads:
+        raise ValueError(f"query heads ({heads}) must be a multiple of KV heads ({kv_heads})")
+    if not (keys.is_contiguous() and values.is_contiguous() and q.stride(-1) == 1):
+        raise ValueError("the KV cache must be contiguous and q's last dim contiguous")
+    o = torch.empty(batch, heads, dim, dtype=q.dtype, device=q.device)
+    if not batch:
+        return o
+    block_n = 16 if _INTERPRETING else 64
+    splits = min(64, triton.cdiv(length, block_n))
+    split_len = triton.cdiv(triton.cdiv(length, splits), block_n) * block_n
+    part_o = torch.empty(batch, heads, splits, dim, dtype=torch.float32, device=q.device)
+    part_m = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
+    part_l = torch.empty_like(part_m)
+    block_d = triton.next_power_of_2(dim)
+    _split_kernel[(batch, kv_heads, splits)](
+        q, keys, values, slot_ids.contiguous(), positions.contiguous(), part_o, part_m, part_l, dim**-0.5,
+        q.stride(0), q.stride(1), keys.stride(0), length,
+        H=heads, KV=kv_heads, D=dim, SPLITS=splits, SPLIT_LEN=split_len,
+        BLOCK_G=max(16, triton.next_power_of_2(heads // kv_heads)), BLOCK_N=block_n, BLOCK_D=block_d,
+        UPCAST=_INTERPRETING, num_warps=4, num_stages=2,
+    )  # fmt: skip
+    _merge_kernel[(batch, heads)](
+        part_o, part_m, part_l, o, H=heads, D=dim, SPLITS=splits, BLOCK_S=max(2, triton.next_power_of_2(splits)),
+        BLOCK_D=block_d, num_warps=4,
+    )  # fmt: skip
+    return o
