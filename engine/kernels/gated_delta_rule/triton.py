@@ -264,6 +264,26 @@ def _chunk_state_output_kernel(
 
 
 @triton.jit
+def _token_step(
+    q_ptr, k_ptr, v_ptr, o_ptr, t, hk, hv, kk, k_ok, vv, v_ok, state, g, beta, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, USE_L2NORM: tl.constexpr,
+):  # fmt: skip
+    """Token t, value head hv: decay and delta-update the [K, BV] state slice, store the output, return the state."""
+    q = tl.load(q_ptr + (t * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + (t * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
+    if USE_L2NORM:
+        q = q * tl.math.rsqrt(tl.sum(q * q, axis=0) + 1e-6)
+        k = k * tl.math.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+    v = tl.load(v_ptr + (t * HV + hv) * V + vv, mask=v_ok, other=0.0).to(tl.float32)
+    state = state * tl.exp(g)
+    delta = beta * (v - tl.sum(k[:, None] * state, axis=0))
+    state = state + k[:, None] * delta[None, :]
+    o = tl.sum((q * scale)[:, None] * state, axis=0)
+    tl.store(o_ptr + (t * HV + hv) * V + vv, o.to(o_ptr.dtype.element_ty), mask=v_ok)
+    return state
+
+
+@triton.jit
 def _recurrent_gated_delta_rule_kernel(
     q_ptr,
     k_ptr,
@@ -305,19 +325,30 @@ def _recurrent_gated_delta_rule_kernel(
         state = tl.zeros([BK, BV], dtype=tl.float32)
 
     for t in range(bos, eos):
-        q = tl.load(q_ptr + (t * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
-        k = tl.load(k_ptr + (t * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
-        if USE_L2NORM:
-            q = q * tl.math.rsqrt(tl.sum(q * q, axis=0) + 1e-6)
-            k = k * tl.math.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
-        v = tl.load(v_ptr + (t * HV + hv) * V + vv, mask=v_ok, other=0.0).to(tl.float32)
         g = tl.load(g_ptr + t * HV + hv).to(tl.float32)
         beta = tl.load(beta_ptr + t * HV + hv).to(tl.float32)
-        state = state * tl.exp(g)
-        delta = beta * (v - tl.sum(k[:, None] * state, axis=0))
-        state = state + k[:, None] * delta[None, :]
-        o = tl.sum((q * scale)[:, None] * state, axis=0)
-        tl.store(o_ptr + (t * HV + hv) * V + vv, o.to(o_ptr.dtype.element_ty), mask=v_ok)
+        state = _token_step(
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            o_ptr,
+            t,
+            hk,
+            hv,
+            kk,
+            k_ok,
+            vv,
+            v_ok,
+            state,
+            g,
+            beta,
+            scale,
+            H,
+            HV,
+            K,
+            V,
+            USE_L2NORM,
+        )
 
     if STORE_HT:
         tl.store(ht_ptr + state_off, state, mask=state_mask)
@@ -362,24 +393,34 @@ def _gated_decode_kernel(
     state_mask = k_ok[:, None] & v_ok[None, :]
     state = tl.load(state_ptr + state_off, mask=state_mask, other=0.0)
 
-    q = tl.load(q_ptr + (n * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + (n * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
-    if USE_L2NORM:
-        q = q * tl.math.rsqrt(tl.sum(q * q, axis=0) + 1e-6)
-        k = k * tl.math.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
-    v = tl.load(v_ptr + (n * HV + hv) * V + vv, mask=v_ok, other=0.0).to(tl.float32)
     # Gates as `reference.deltanet_gates`: beta rounded to the model dtype, g in fp32 (softplus threshold 20).
     b = tl.load(b_ptr + n * HV + hv)
     beta = tl.sigmoid(b.to(tl.float32)).to(b.dtype).to(tl.float32)
     x = tl.load(a_ptr + n * HV + hv).to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32)
     softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
     g = -tl.exp(tl.load(a_log_ptr + hv).to(tl.float32)) * softplus
-
-    state = state * tl.exp(g)
-    delta = beta * (v - tl.sum(k[:, None] * state, axis=0))
-    state = state + k[:, None] * delta[None, :]
-    o = tl.sum((q * scale)[:, None] * state, axis=0)
-    tl.store(o_ptr + (n * HV + hv) * V + vv, o.to(o_ptr.dtype.element_ty), mask=v_ok)
+    state = _token_step(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        o_ptr,
+        n,
+        hk,
+        hv,
+        kk,
+        k_ok,
+        vv,
+        v_ok,
+        state,
+        g,
+        beta,
+        scale,
+        H,
+        HV,
+        K,
+        V,
+        USE_L2NORM,
+    )
     tl.store(state_ptr + state_off, state, mask=state_mask)
 
 
