@@ -117,7 +117,7 @@ class LLM:
         """`static_decode`: decode through the capture-safe step and CUDA graphs (default: on CUDA only; on a CPU
         the eager step is faster, since it reads just the cached span and slot views without gathers).
         `compile_decode` (CPU only; default from `AW_COMPILE=1`): run decode batches through `torch.compile`d
-        per-layer regions (`DecodeRegions` in `engine/models/qwen3_5_moe.py`), compiled on first use of each batch
+        per-layer regions (`engine/models/decode_regions.py`), compiled on first use of each batch
         size (seconds each)."""
         from transformers import AutoTokenizer
 

@@ -147,7 +147,7 @@ def deltanet_decode(
     """One token of every sequence through the layer: x [B, hidden] -> [B, hidden]. conv_state [B, conv_dim,
     width] and the fp32 state [B, HV, K, V] are updated in place, or with `slot_ids` [B] the whole per-slot caches
     at those rows. Tensors and numbers only (no module), so one `torch.compile` graph serves every DeltaNet layer
-    (see `engine/models/qwen3_5_moe.py`, `compile_decode`)."""
+    (see `engine/models/decode_regions.py`)."""
     tokens = x.shape[0]
     qkv, z, b, a = _split_in_proj(linear(x, in_proj), heads_k, heads_v, dim_k, dim_v)
     mixed = causal_conv1d_update(qkv, conv_weight, conv_state, slot_ids)  # [B, conv_dim]

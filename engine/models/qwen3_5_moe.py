@@ -5,24 +5,19 @@ Parameter names mirror transformers' `Qwen3_5MoeForCausalLM`, so checkpoint keys
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
-from typing import TypeVar
-
 import torch
 from torch import nn
 
 from engine.cache import Cache
 from engine.config import FULL_ATTENTION, Config
 from engine.forward_batch import ForwardBatch
-from engine.kernels import rms_norm
-from engine.kernels.fused_moe.gathered import gathered_moe
 from engine.layers.attention import GatedAttention
-from engine.layers.gated_deltanet import GatedDeltaNet, deltanet_decode
+from engine.layers.gated_deltanet import GatedDeltaNet
 from engine.layers.linear import linear
-from engine.layers.moe import SparseMoeBlock, moe
+from engine.layers.moe import SparseMoeBlock
 from engine.layers.norms import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
+from engine.models.decode_regions import DecodeRegions, RegionsUnavailable
 
 
 class DecoderLayer(nn.Module):
@@ -95,90 +90,6 @@ class DecoderLayer(nn.Module):
             mixer.decode_states(batch, cache),
             *moe_args,
         )
-
-
-def deltanet_layer_decode(
-    hidden: torch.Tensor,
-    residual: torch.Tensor,
-    norms: tuple[torch.Tensor, torch.Tensor],
-    eps: float,
-    deltanet_weights: tuple[torch.Tensor, ...],
-    deltanet_dims: tuple[int, int, int, int, float],
-    deltanet_states: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
-    moe_weights: tuple[torch.Tensor, ...],
-    moe_dims: tuple[int, int, int],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A whole DeltaNet decoder layer for decode tokens: add + norm, mixer, add + norm, MoE (gathered experts)."""
-    x, residual = rms_norm(hidden, norms[0], eps, residual=residual)
-    hidden = deltanet_decode(x, *deltanet_weights, *deltanet_states, *deltanet_dims)
-    return moe_tail_decode(hidden, residual, norms[1], eps, moe_weights, moe_dims)
-
-
-def moe_tail_decode(
-    hidden: torch.Tensor,
-    residual: torch.Tensor,
-    post_norm: torch.Tensor,
-    eps: float,
-    moe_weights: tuple[torch.Tensor, ...],
-    moe_dims: tuple[int, int, int],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A decoder layer's second half for decode tokens: add + norm, then the MoE with gathered experts."""
-    x, residual = rms_norm(hidden, post_norm, eps, residual=residual)
-    return moe(x, *moe_weights, *moe_dims, experts=gathered_moe), residual
-
-
-def one_row_logits(hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
-    """Batch-1 logits as a broadcast multiply-sum: compiled, a GEMV split across threads that streams the vocab
-    matrix about 1.6x faster than BLAS does for one row on a CPU (bench/engine_cpu.py's 32k x 512 head)."""
-    return (hidden[:, None, :] * lm_head[None]).sum(-1).float()
-
-
-T = TypeVar("T")
-
-
-class RegionsUnavailable(RuntimeError):
-    """A decode region could not be compiled (no C++ compiler, an Inductor failure): decode continues eagerly."""
-
-
-class DecodeRegions:
-    """CPU decode through two `torch.compile`d regions per layer type, shared by every layer.
-
-    Why: a CPU decode step is hundreds of tiny ops (a [B, 512] norm, gates, a [B, H, 64, 64] state update), each
-    costing 5-15 us of dispatch, more than its arithmetic; Inductor fuses a region into a few C++ loops, with the
-    GEMMs still going to BLAS. The regions take tensors and numbers only, never a module, so every layer reuses
-    one graph per batch size (compiled on first use, seconds each). Attention stays eager (its KV span changes
-    every step), and so does anything past `max_tokens`, where gathered experts stop paying (see `gathered.py`)."""
-
-    def __init__(self, max_tokens: int) -> None:
-        import torch._dynamo
-
-        self.max_tokens = max_tokens
-        self.enabled = True
-        # One graph per decode batch size and function: lift dynamo's default of 8 so no size falls back to eager.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * max_tokens + 8)
-        self.deltanet_layer = self._guarded(torch.compile(deltanet_layer_decode, dynamic=False))
-        self.moe_tail = self._guarded(torch.compile(moe_tail_decode, dynamic=False))
-        self.one_row_logits = self._guarded(torch.compile(one_row_logits, dynamic=False))
-
-    def takes(self, hidden: torch.Tensor) -> bool:
-        return self.enabled and hidden.device.type == "cpu" and hidden.shape[0] <= self.max_tokens
-
-    def _guarded(self, compiled: Callable[..., T]) -> Callable[..., T]:
-        """The first failure turns every region off with a warning: decode stays correct, only slower."""
-
-        def run(*args: object) -> T:
-            try:
-                return compiled(*args)
-            except Exception as exc:  # noqa: BLE001 - any compile failure must leave a working (eager) engine
-                self.enabled = False
-                warnings.warn(
-                    f"compiled CPU decode is off ({type(exc).__name__}: {str(exc)[:300]}); decoding eagerly",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                raise RegionsUnavailable(str(exc)) from exc
-
-        return run
 
 
 class TextModel(nn.Module):
