@@ -29,7 +29,6 @@ class GatedDeltaNet(nn.Module):
         self.num_v_heads = config.linear_num_value_heads
         self.head_k_dim = config.linear_key_head_dim
         self.head_v_dim = config.linear_value_head_dim
-        self.key_dim = config.linear_key_dim
         self.value_dim = config.linear_value_dim
         conv_dim = config.linear_conv_dim
         hidden = config.hidden_size
@@ -54,13 +53,13 @@ class GatedDeltaNet(nn.Module):
             self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
         )
 
-    def decode_weights(self) -> tuple[torch.Tensor, ...]:
-        """What `deltanet_decode` reads, in its argument order (after the input)."""
+    def mixer_weights(self) -> tuple[torch.Tensor, ...]:
+        """The layer's weights in `deltanet_decode`'s argument order (after the input); prefill reads them too."""
         in_proj = require_fused(self.fused_in_proj, self)
         conv_weight = self.conv1d.weight.view(self.conv_dim, -1)
         return in_proj, conv_weight, self.A_log, self.dt_bias, self.norm.weight, self.out_proj.weight
 
-    def decode_dims(self) -> tuple[int, int, int, int, float]:
+    def mixer_dims(self) -> tuple[int, int, int, int, float]:
         return self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim, self.norm.eps
 
     def decode_states(
@@ -76,7 +75,7 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: Cache) -> torch.Tensor:
         if batch.is_decode:
             return deltanet_decode(
-                x, *self.decode_weights(), *self.decode_states(batch, cache), *self.decode_dims()
+                x, *self.mixer_weights(), *self.decode_states(batch, cache), *self.mixer_dims()
             )
 
         conv_cache = cache.conv[self.cache_index]
@@ -84,13 +83,14 @@ class GatedDeltaNet(nn.Module):
         conv_state = batch.select(conv_cache)
         state = batch.select(state_cache)
         tokens = x.shape[0]
-        in_proj, conv_weight, A_log, dt_bias, norm_weight, out_proj = self.decode_weights()
-        qkv, z, b, a = _split_in_proj(linear(x, in_proj), *self.decode_dims()[:4])
+        in_proj, conv_weight, A_log, dt_bias, norm_weight, out_proj = self.mixer_weights()
+        dims = self.mixer_dims()[:4]
+        qkv, z, b, a = _split_in_proj(linear(x, in_proj), *dims)
         beta, g = deltanet_gates(a, b, A_log, dt_bias)
         mixed, new_conv_state = causal_conv1d(
             qkv[None], conv_weight, conv_state=conv_state, cu_seqlens=batch.cu_seqlens
         )
-        q, k, v = self._split_heads(mixed[0], tokens)
+        q, k, v = _split_heads(mixed[0], *dims)
         o, new_state = chunk_gated_delta_rule(
             q[None],
             k[None],
@@ -108,16 +108,6 @@ class GatedDeltaNet(nn.Module):
         o = self.norm(o[0], z).reshape(tokens, self.value_dim)
         return linear(o, out_proj)
 
-    def _split_heads(
-        self, mixed: torch.Tensor, tokens: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        return (
-            q.reshape(tokens, self.num_k_heads, self.head_k_dim),
-            k.reshape(tokens, self.num_k_heads, self.head_k_dim),
-            v.reshape(tokens, self.num_v_heads, self.head_v_dim),
-        )
-
 
 def _split_in_proj(
     projected: torch.Tensor, heads_k: int, heads_v: int, dim_k: int, dim_v: int
@@ -125,6 +115,19 @@ def _split_in_proj(
     """The fused input projection's output -> qkv (conv channels q | k | v), z, b, a."""
     conv_dim = 2 * heads_k * dim_k + heads_v * dim_v
     return projected.split([conv_dim, heads_v * dim_v, heads_v, heads_v], dim=-1)
+
+
+def _split_heads(
+    mixed: torch.Tensor, heads_k: int, heads_v: int, dim_k: int, dim_v: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The conv output [T, conv_dim] -> q, k [T, H, K] and v [T, HV, V]."""
+    tokens = mixed.shape[0]
+    q, k, v = mixed.split([heads_k * dim_k, heads_k * dim_k, heads_v * dim_v], dim=-1)
+    return (
+        q.reshape(tokens, heads_k, dim_k),
+        k.reshape(tokens, heads_k, dim_k),
+        v.reshape(tokens, heads_v, dim_v),
+    )
 
 
 def deltanet_decode(
@@ -151,17 +154,7 @@ def deltanet_decode(
     tokens = x.shape[0]
     qkv, z, b, a = _split_in_proj(linear(x, in_proj), heads_k, heads_v, dim_k, dim_v)
     mixed = causal_conv1d_update(qkv, conv_weight, conv_state, slot_ids)  # [B, conv_dim]
-    q, k, v = mixed.split([heads_k * dim_k, heads_k * dim_k, heads_v * dim_v], dim=-1)
-    o = gated_delta_rule_decode(
-        q.reshape(tokens, heads_k, dim_k),
-        k.reshape(tokens, heads_k, dim_k),
-        v.reshape(tokens, heads_v, dim_v),
-        a,
-        b,
-        A_log,
-        dt_bias,
-        state,
-        slot_ids,
-    )
+    q, k, v = _split_heads(mixed, heads_k, heads_v, dim_k, dim_v)
+    o = gated_delta_rule_decode(q, k, v, a, b, A_log, dt_bias, state, slot_ids)
     o = gated_rms_norm(o, z.reshape(tokens, heads_v, dim_v), norm_weight, eps)
     return linear(o.reshape(tokens, heads_v * dim_v), out_proj)

@@ -85,8 +85,8 @@ class DecoderLayer(nn.Module):
             residual,
             (self.input_layernorm.weight, self.post_attention_layernorm.weight),
             eps,
-            mixer.decode_weights(),
-            mixer.decode_dims(),
+            mixer.mixer_weights(),
+            mixer.mixer_dims(),
             mixer.decode_states(batch, cache),
             *moe_args,
         )
