@@ -17,6 +17,7 @@ class Cache:
     ) -> None:
         if num_slots < 1 or max_len < 1:
             raise ValueError("the cache needs at least one slot of at least one token")
+        self.config = config
         self.num_slots = num_slots  # slots sequences can take
         self.pad_slot = num_slots  # the scratch slot, the last row of every per-slot tensor
         self.max_len = max_len

@@ -10,7 +10,7 @@ from engine.loader import DEFAULT_MODEL, CheckpointError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="engine", description="Our inference engine for Qwen3.5-MoE models."
+        prog="aw-mcp engine", description="Our inference engine for Qwen3.5-MoE models."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve an OpenAI-compatible /v1/chat/completions endpoint")
@@ -30,6 +30,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + answer in tokens")
     serve.add_argument("--max-num-seqs", type=int, default=8, help="cache slots (concurrent sequences)")
+    serve.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="tokens per engine step; long prompts are prefilled in chunks of this (default: 2048 GPU, 512 CPU)",
+    )
+    serve.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the cached state of a prompt's longest known prefix (default: on)",
+    )
+    serve.add_argument(
+        "--prefix-cache-memory-gb",
+        type=float,
+        default=None,
+        help="memory for prefix snapshots (default: half the free GPU memory after the slots; 2 on a CPU)",
+    )
     serve.add_argument("--served-model-name", default=None, help="model id reported by the API")
     return parser
 
@@ -48,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                 hf_compat_dtypes=args.hf_compat_dtypes,
                 max_model_len=args.max_model_len,
                 max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                enable_prefix_caching=args.enable_prefix_caching,
+                prefix_cache_memory_gb=args.prefix_cache_memory_gb,
             )
         except (CheckpointError, FileNotFoundError, ValueError, MemoryError) as exc:
             print(f"engine: cannot load the model: {exc}", file=sys.stderr)

@@ -1,72 +1,104 @@
-"""OpenAI-compatible HTTP server over the engine: /v1/chat/completions (streaming or not), /v1/models, /health.
+"""OpenAI-compatible HTTP server over the engine: /v1/chat/completions (streaming or not), /v1/models, /health,
+and Prometheus /metrics.
 
-Requests are served one at a time by the engine (its lock); generation runs in a worker thread so the event loop
-stays responsive, and a client that disconnects cancels its request. Thinking is split into `reasoning_content`
-the way vLLM's qwen3 reasoning parser does it: text before `</think>` is reasoning.
+Every request is a sequence in the engine's step loop, so concurrent clients are batched together; deltas reach
+the event loop through `LLM.generate_async` (no thread per request). A client that disconnects cancels its request,
+which leaves the batch at the next step. Request bodies are checked by pydantic: a 400 in OpenAI's error shape
+lists every bad field. Thinking is split into `reasoning_content` the way vLLM's qwen3 reasoning parser does it:
+text before `</think>` is reasoning.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import anyio
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from engine.llm import LLM, StreamDelta
+from engine.llm import LLM, PromptTooLong
 from engine.reasoning import ReasoningStreamSplitter, split_reasoning
 from engine.sampling import SamplingParams
+from engine.sequence import StreamDelta
 
 DEFAULT_MAX_TOKENS = 4096
 
 
-class BadRequest(ValueError):
-    pass
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str = "text"
+    text: str = ""
 
 
-def _sampling_params(body: dict[str, Any]) -> SamplingParams:
-    stop = body.get("stop")
-    try:
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")  # name, tool_call_id, ... are accepted and not used
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):  # OpenAI content parts: keep the text ones
+            return "".join(part.text for part in self.content if part.type == "text")
+        return self.content or ""
+
+
+class ChatCompletionRequest(BaseModel):
+    """The fields we honour; other OpenAI fields are accepted and ignored, as vLLM does."""
+
+    model_config = ConfigDict(extra="allow")
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str | None = None
+    stream: bool = False
+    temperature: float | None = Field(None, ge=0, le=100)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+    thinking_budget: int | None = Field(None, ge=0)
+    n: int = Field(1, ge=1, le=1)
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _stop_strings(self) -> ChatCompletionRequest:
+        if isinstance(self.stop, list) and len(self.stop) > 16:
+            raise ValueError("at most 16 stop strings")
+        return self
+
+    @property
+    def thinking(self) -> bool:
+        return bool(self.chat_template_kwargs.get("enable_thinking", True))
+
+    def sampling_params(self) -> SamplingParams:
         return SamplingParams(
-            temperature=float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0),
-            top_p=float(body.get("top_p") if body.get("top_p") is not None else 1.0),
-            top_k=int(body.get("top_k") if body.get("top_k") is not None else 0),
-            max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS),
-            seed=None if body.get("seed") is None else int(body["seed"]),
-            stop=[stop] if isinstance(stop, str) else (list(stop) if stop else None),
-            ignore_eos=bool(body.get("ignore_eos", False)),
-            thinking_budget=body.get("thinking_budget"),
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            top_k=0 if self.top_k is None else self.top_k,
+            max_tokens=self.max_tokens or self.max_completion_tokens or DEFAULT_MAX_TOKENS,
+            seed=self.seed,
+            stop=[self.stop] if isinstance(self.stop, str) else self.stop,
+            ignore_eos=self.ignore_eos,
+            thinking_budget=self.thinking_budget,
         )
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(str(exc)) from exc
 
 
-def _parse_messages(body: dict[str, Any]) -> list[dict[str, str]]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list")
-    parsed = []
-    for message in messages:
-        if not isinstance(message, dict) or "role" not in message:
-            raise BadRequest("each message needs a 'role'")
-        content = message.get("content") or ""
-        if isinstance(content, list):  # OpenAI content parts: keep the text ones
-            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        parsed.append({"role": str(message["role"]), "content": str(content)})
-    return parsed
-
-
-def _thinking_enabled(body: dict[str, Any]) -> bool:
-    kwargs = body.get("chat_template_kwargs") or {}
-    return bool(kwargs.get("enable_thinking", True))
+def _validation_message(exc: ValidationError) -> tuple[str, str | None]:
+    problems, first = [], None
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "body"
+        first = first or where
+        problems.append(f"{where}: {error['msg']}")
+    return "; ".join(problems), first
 
 
 def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
@@ -76,43 +108,60 @@ def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    async def metrics(_: Request) -> Response:
+        return Response(llm.engine.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
     async def models(_: Request) -> Response:
-        card = {"id": model_name, "object": "model", "created": created, "owned_by": "engine"}
+        card = {
+            "id": model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "engine",
+            "max_model_len": llm.cache.max_len,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def chat_completions(request: Request) -> Response:
         try:
             body = await request.json()
-            if not isinstance(body, dict):
-                raise BadRequest("the body must be a JSON object")
-            messages = _parse_messages(body)
-            params = _sampling_params(body)
-        except (BadRequest, json.JSONDecodeError) as exc:
-            return _error(400, str(exc))
-        thinking = _thinking_enabled(body)
-        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(400, f"the body is not JSON: {exc}")
         try:
-            prompt_ids = llm.encode(llm.render_chat(messages, thinking))
+            parsed = ChatCompletionRequest.model_validate(body)
+            params = parsed.sampling_params()
+        except ValidationError as exc:
+            return _error(400, *_validation_message(exc))
+        except ValueError as exc:  # SamplingParams' own checks
+            return _error(400, str(exc))
+        messages = [{"role": m.role, "content": m.text()} for m in parsed.messages]
+        try:
+            prompt_ids = await anyio.to_thread.run_sync(
+                lambda: llm.encode(llm.render_chat(messages, parsed.thinking))
+            )
         except Exception as exc:  # a template error is the client's
-            return _error(400, f"cannot render the chat template: {exc}")
-        if body.get("stream"):
-            return StreamingResponse(
-                _stream(llm, prompt_ids, params, thinking, request_id, model_name, request),
-                media_type="text/event-stream",
+            return _error(400, f"cannot render the chat template: {exc}", "messages")
+        if len(prompt_ids) >= llm.cache.max_len:
+            return _error(
+                400,
+                f"the prompt has {len(prompt_ids)} tokens; this server's context is {llm.cache.max_len} tokens "
+                "(max_model_len), prompt and answer together",
+                "messages",
             )
-        cancel = threading.Event()
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        if parsed.stream:
+            return EventSourceResponse(
+                _stream(llm, prompt_ids, params, parsed.thinking, request_id, model_name),
+                ping=15,
+            )
         try:
-            deltas = await anyio.to_thread.run_sync(
-                lambda: list(llm.generate_stream(prompt_ids, params, stop=cancel)), abandon_on_cancel=True
-            )
-        except anyio.get_cancelled_exc_class():
-            cancel.set()
-            raise
-        except ValueError as exc:
-            return _error(400, str(exc))
+            deltas = await _until_disconnected(request, _collect(llm, prompt_ids, params))
+        except PromptTooLong as exc:
+            return _error(400, str(exc), "messages")
+        if deltas is None:  # the client left; its request was cancelled
+            return Response(status_code=499)
         text = "".join(d.text for d in deltas)
         last = deltas[-1]
-        reasoning, content = split_reasoning(text, thinking)
+        reasoning, content = split_reasoning(text, parsed.thinking)
         message: dict[str, Any] = {"role": "assistant", "content": content}
         message["reasoning_content"] = reasoning or None
         return JSONResponse(
@@ -122,26 +171,65 @@ def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
                 "created": int(time.time()),
                 "model": model_name,
                 "choices": [{"index": 0, "message": message, "finish_reason": last.finish_reason}],
-                "usage": _usage(len(prompt_ids), last.num_generated),
+                "usage": _usage(len(prompt_ids), last.num_generated, last.num_cached_tokens),
             }
         )
 
     return Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         ]
     )
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+async def _collect(llm: LLM, prompt_ids: list[int], params: SamplingParams) -> list[StreamDelta]:
+    return [delta async for delta in llm.generate_async(prompt_ids, params)]
 
 
-def _error(status: int, message: str) -> JSONResponse:
+async def _until_disconnected(request: Request, work) -> Any:
+    """Runs `work`; if the client disconnects first, cancels it (the request leaves the batch) and returns None."""
+    result: list[tuple[bool, Any]] = []
+
+    async def run() -> None:
+        try:
+            result.append((True, await work))
+        except Exception as exc:  # noqa: BLE001 -- raised below, outside the task group's exception group
+            result.append((False, exc))
+        scope.cancel()
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        scope = group.cancel_scope
+        group.start_soon(run)
+        group.start_soon(watch)
+    if not result:
+        return None
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},  # OpenAI's field: prompt tokens from the cache
+    }
+
+
+def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
     return JSONResponse(
-        {"error": {"message": message, "type": "invalid_request_error", "code": status}}, status
+        {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": status}},
+        status,
     )
 
 
@@ -152,22 +240,9 @@ async def _stream(
     thinking: bool,
     request_id: str,
     model_name: str,
-    request: Request,
 ) -> AsyncIterator[str]:
-    """SSE chunks in OpenAI's shape. A worker thread runs the generation and hands deltas to the event loop; when
-    the client goes away the response generator is closed, which sets the cancel flag and stops the decode loop."""
-    cancel = threading.Event()
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[StreamDelta | BaseException | None] = asyncio.Queue()
-
-    def produce() -> None:
-        try:
-            for delta in llm.generate_stream(prompt_ids, params, stop=cancel):
-                loop.call_soon_threadsafe(queue.put_nowait, delta)
-        except BaseException as exc:  # handed to the consumer, which reports it to the client
-            loop.call_soon_threadsafe(queue.put_nowait, exc)
-        finally:
-            loop.call_soon_threadsafe(queue.put_nowait, None)
+    """SSE chunks in OpenAI's shape. When the client goes away, sse-starlette cancels this generator, which
+    cancels the request in the engine."""
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None, usage: dict | None = None) -> str:
         payload: dict[str, Any] = {
@@ -179,17 +254,12 @@ async def _stream(
         }
         if usage is not None:
             payload["usage"] = usage
-        return f"data: {json.dumps(payload)}\n\n"
+        return json.dumps(payload)
 
     splitter = ReasoningStreamSplitter(thinking)
-    worker = threading.Thread(target=produce, name=f"generate-{request_id}", daemon=True)
-    worker.start()
+    yield chunk({"role": "assistant", "content": ""})
     try:
-        yield chunk({"role": "assistant", "content": ""})
-        while (item := await queue.get()) is not None:
-            if isinstance(item, BaseException):
-                yield f"data: {json.dumps({'error': {'message': str(item)}})}\n\n"
-                break
+        async for item in llm.generate_async(prompt_ids, params):
             reasoning, content = splitter.feed(item.text)
             if item.finished:
                 tail_reasoning, tail_content = splitter.flush()
@@ -199,10 +269,14 @@ async def _stream(
             if content:
                 yield chunk({"content": content})
             if item.finished:
-                yield chunk({}, item.finish_reason, _usage(len(prompt_ids), item.num_generated))
-        yield "data: [DONE]\n\n"
-    finally:
-        cancel.set()
+                yield chunk(
+                    {},
+                    item.finish_reason,
+                    _usage(len(prompt_ids), item.num_generated, item.num_cached_tokens),
+                )
+    except Exception as exc:  # noqa: BLE001 -- the stream has started: report in-band, as OpenAI does
+        yield json.dumps({"error": {"message": str(exc), "type": "server_error"}})
+    yield "[DONE]"
 
 
 def serve(llm: LLM, host: str = "127.0.0.1", port: int = 8000, served_model_name: str | None = None) -> None:

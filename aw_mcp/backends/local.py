@@ -1,7 +1,8 @@
 """The `local` backend: the world model runs in this process on our own engine (`engine.LLM`).
 
-The model loads on first use, in a worker thread. Generation runs in a worker thread too; when the tool call is
-cancelled the anyio scope abandons the thread and a stop flag ends its decode loop after the current step.
+The model loads on first use, in a worker thread. Generation is a request in the engine's step loop, batched with
+every other session's; its deltas come back to the event loop (`LLM.generate_async`), and cancelling the tool call
+cancels the request, which leaves the batch at the next step.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import threading
 import time
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 
 from aw_mcp.backends.base import (
@@ -67,7 +67,6 @@ class LocalWorldModel:
         from engine import SamplingParams
         from engine.reasoning import split_reasoning
 
-        cancel = threading.Event()
         sampling = SamplingParams(
             temperature=params.temperature,
             top_p=params.top_p,
@@ -77,38 +76,32 @@ class LocalWorldModel:
             stop=list(params.stop) or None,
         )
 
-        def report(tokens: int, status: str) -> None:
-            if on_progress is None or cancel.is_set():
-                return
-            try:
-                anyio.from_thread.run(on_progress, tokens, status)
-            except Exception:  # progress is best effort; the loop may be shutting down
-                pass
-
-        def run() -> tuple[str, str | None, int, int]:
+        def encode() -> tuple[object, list[int]]:
             llm = self._load()
-            prompt = llm.encode(llm.render_chat(list(messages), enable_thinking=params.thinking))
-            pieces: list[str] = []
-            finish, generated, last_report = None, 0, time.monotonic()
-            for delta in llm.generate_stream(prompt, sampling, stop=cancel):
-                pieces.append(delta.text)
-                generated, finish = delta.num_generated, delta.finish_reason
-                if time.monotonic() - last_report >= PROGRESS_INTERVAL_S:
-                    last_report = time.monotonic()
-                    report(generated, "generating")
-            return "".join(pieces), finish, len(prompt), generated
+            return llm, llm.encode(llm.render_chat(list(messages), enable_thinking=params.thinking))
 
         try:
-            text, finish, prompt_tokens, completion_tokens = await anyio.to_thread.run_sync(
-                run, abandon_on_cancel=True
-            )
-        except anyio.get_cancelled_exc_class():
-            cancel.set()
-            raise
+            llm, prompt = await anyio.to_thread.run_sync(encode, abandon_on_cancel=True)
+            pieces: list[str] = []
+            finish, generated, last_report = None, 0, time.monotonic()
+            # Deltas arrive on this event loop from the engine's step loop; cancelling this task cancels the
+            # request there (it leaves the batch at the next step).
+            async for delta in llm.generate_async(prompt, sampling):
+                pieces.append(delta.text)
+                generated, finish = delta.num_generated, delta.finish_reason
+                if on_progress is not None and time.monotonic() - last_report >= PROGRESS_INTERVAL_S:
+                    last_report = time.monotonic()
+                    try:
+                        await on_progress(generated, "generating")
+                    except Exception:  # noqa: BLE001 -- progress is best effort
+                        pass
         except BackendError:
+            raise
+        except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
             raise BackendError(f"local model failed: {exc}") from exc
+        text, prompt_tokens, completion_tokens = "".join(pieces), len(prompt), generated
         if finish == "abort":
             raise BackendError("local generation was stopped")
         if on_progress is not None:
@@ -123,4 +116,6 @@ class LocalWorldModel:
         )
 
     async def aclose(self) -> None:
-        self._llm = None
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await anyio.to_thread.run_sync(llm.shutdown)

@@ -68,9 +68,9 @@ def test_chat_completion_splits_reasoning(base_url: str, tiny_llm: LLM) -> None:
 
 
 def _params(body: dict):
-    from engine.server import _sampling_params
+    from engine.server import ChatCompletionRequest
 
-    return _sampling_params(body)
+    return ChatCompletionRequest.model_validate(body).sampling_params()
 
 
 def test_thinking_off_gives_all_content(base_url: str, tiny_llm: LLM) -> None:
@@ -120,6 +120,59 @@ def test_bad_requests(base_url: str) -> None:
     assert httpx.post(f"{base_url}/v1/chat/completions", json={"messages": []}).status_code == 400
     bad = {"messages": CHAT, "temperature": -1}
     assert httpx.post(f"{base_url}/v1/chat/completions", json=bad).status_code == 400
+    # every bad field is named, in OpenAI's error shape; nothing is silently coerced
+    bad = {"messages": CHAT, "max_tokens": 0, "top_k": 2.7, "thinking_budget": "abc"}
+    reply = httpx.post(f"{base_url}/v1/chat/completions", json=bad)
+    error = reply.json()["error"]
+    assert reply.status_code == 400 and error["type"] == "invalid_request_error"
+    for field in ("max_tokens", "top_k", "thinking_budget"):
+        assert field in error["message"], error
+    assert httpx.post(f"{base_url}/v1/chat/completions", content=b"{not json").status_code == 400
+
+
+def test_prompt_longer_than_the_context_is_a_400_and_others_go_on(base_url: str, tiny_llm: LLM) -> None:
+    huge = [{"role": "user", "content": "word " * (tiny_llm.cache.max_len + 10)}]
+    reply = httpx.post(f"{base_url}/v1/chat/completions", json={"messages": huge}, timeout=60)
+    assert reply.status_code == 400
+    assert str(tiny_llm.cache.max_len) in reply.json()["error"]["message"]
+    ok = {"messages": CHAT, "temperature": 0, "max_tokens": 3, "ignore_eos": True}
+    assert httpx.post(f"{base_url}/v1/chat/completions", json=ok, timeout=60).status_code == 200
+
+
+def test_a_disconnected_stream_frees_its_slot(base_url: str, tiny_llm: LLM) -> None:
+    body = {"messages": CHAT, "temperature": 0, "max_tokens": 100_000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=60) as r:
+        lines = r.iter_lines()
+        received = [next(lines) for _ in range(6)]
+        assert any(line.startswith("data: ") for line in received)
+        assert tiny_llm.engine.scheduler.running  # still generating when the client leaves
+    deadline = time.monotonic() + 30  # generous; the loop drops it at the next step after the disconnect
+    while tiny_llm.engine.scheduler.running or tiny_llm.cache.num_free != tiny_llm.cache.num_slots:
+        assert time.monotonic() < deadline, "the abandoned request kept its slot"
+        time.sleep(0.02)
+
+
+def test_metrics_and_cached_tokens_of_a_second_turn(base_url: str) -> None:
+    system = {"role": "system", "content": "You simulate a file system. " * 10}
+    first = [system, {"role": "user", "content": "Action: ls /tmp"}]
+    body = {"temperature": 0, "max_tokens": 4, "ignore_eos": True}
+    httpx.post(f"{base_url}/v1/chat/completions", json={**body, "messages": first}, timeout=60)
+    second = first + [
+        {"role": "assistant", "content": "notes.txt"},
+        {"role": "user", "content": "Action: cat /tmp/notes.txt"},
+    ]
+    usage = httpx.post(
+        f"{base_url}/v1/chat/completions", json={**body, "messages": second}, timeout=60
+    ).json()["usage"]
+    assert 0 < usage["prompt_tokens_details"]["cached_tokens"] < usage["prompt_tokens"]
+    metrics = httpx.get(f"{base_url}/metrics")
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    for name in (
+        "aw_engine:num_requests_running",
+        "aw_engine:prefix_cache_hits_total",
+        "aw_engine:generation_tokens_total",
+    ):
+        assert name in metrics.text
 
 
 def test_concurrent_requests_are_served(base_url: str) -> None:
@@ -148,6 +201,12 @@ def test_cli_parser() -> None:
         True,
         "bf16",
     )
+
+
+def test_cli_serving_switches() -> None:
+    args = build_parser().parse_args(["serve", "--no-enable-prefix-caching", "--max-num-batched-tokens", "256"])
+    assert (args.enable_prefix_caching, args.max_num_batched_tokens) == (False, 256)
+    assert build_parser().parse_args(["serve"]).enable_prefix_caching is True
 
 
 def test_cli_reports_unloadable_model(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:

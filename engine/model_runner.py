@@ -1,0 +1,101 @@
+"""Runs the model for a planned step: packs the prefill chunks into one forward, decodes the running sequences
+(through CUDA graphs on a GPU), and picks each sequence's next token. Owns the model and the cache state; only the
+step loop's thread calls it."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.cache import Cache
+from engine.config import Config
+from engine.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphRunner
+from engine.forward_batch import ForwardBatch
+from engine.output_processor import OutputProcessor
+from engine.sampling import sample_token
+from engine.scheduler import PrefillChunk
+from engine.sequence import Sequence
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Config,
+        cache: Cache,
+        device: torch.device,
+        emittable: int,
+        static_decode: bool,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.cache = cache
+        self.device = device
+        # The embedding is padded past the tokenizer (248320 rows for 248077 tokens): those ids are never emitted.
+        self.emittable = emittable
+        self.static_decode = static_decode
+        num_slots = cache.num_slots
+        self.graph_runner = DecodeGraphRunner(
+            self._static_decode_step,
+            pad_slot_id=cache.pad_slot,
+            batch_sizes=[s for s in DEFAULT_BATCH_SIZES if s < num_slots] + [num_slots],
+        )
+
+    def prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
+        """All chunks packed into one forward; fp32 logits [N, vocab] of each chunk's last token."""
+        ids = torch.tensor(
+            [t for c in chunks for t in c.seq.prompt_ids[c.start : c.start + c.length]],
+            dtype=torch.int64,
+            device=self.device,
+        )
+        batch = ForwardBatch.build(
+            [c.seq.slot for c in chunks], [c.start for c in chunks], [c.length for c in chunks], self.device
+        )
+        return self._mask_unemittable(self.model(ids, batch, self.cache))
+
+    def decode(self, seqs: list[Sequence]) -> torch.Tensor:
+        ids = torch.tensor([s.output_ids[-1] for s in seqs], dtype=torch.int64, device=self.device)
+        slots, starts = [s.slot for s in seqs], [s.num_cached for s in seqs]
+        if self.static_decode:
+            positions = torch.tensor(starts, dtype=torch.int64, device=self.device)
+            slot_ids = torch.tensor(slots, dtype=torch.int64, device=self.device)
+            return self.graph_runner(ids, positions, slot_ids)
+        batch = ForwardBatch.build(slots, starts, [1] * len(seqs), self.device)
+        return self._mask_unemittable(self.model(ids, batch, self.cache))
+
+    def logits(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """fp32 logits [T, vocab] of every position of one sequence, in a slot of its own."""
+        slot = self.cache.allocate()
+        try:
+            batch = ForwardBatch.build([slot], [0], [token_ids.numel()], self.device)
+            return self.model(token_ids.to(self.device), batch, self.cache, all_logits=True).cpu()
+        finally:
+            self.cache.free(slot)
+
+    def pick_tokens(
+        self, seqs: list[Sequence], logits: torch.Tensor, processor: OutputProcessor
+    ) -> list[int]:
+        """The next token of every sequence: greedy rows take one batched argmax (a single host read-back for the
+        whole step), sampled rows their own seeded sampler; an exhausted thinking budget forces `</think>`."""
+        greedy = logits.argmax(-1).tolist() if any(s.params.greedy for s in seqs) else None
+        tokens = []
+        for i, seq in enumerate(seqs):
+            forced = processor.forced_token(seq)
+            if forced is not None:
+                tokens.append(forced)
+            elif seq.params.greedy:
+                tokens.append(greedy[i])
+            else:
+                tokens.append(sample_token(logits[i], seq.params, seq.generator))
+        return tokens
+
+    def _static_decode_step(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, slot_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """The capture-safe decode step (what `graph_runner` captures), logits of unemittable ids masked."""
+        return self._mask_unemittable(self.model.decode_step(input_ids, positions, slot_ids, self.cache))
+
+    @torch.inference_mode()
+    def _mask_unemittable(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.emittable < logits.shape[-1]:
+            logits[:, self.emittable :] = float("-inf")
+        return logits
