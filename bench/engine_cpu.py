@@ -96,6 +96,7 @@ def main() -> None:
                 max_num_seqs=8,
                 max_model_len=1024,
                 compile_decode=compiled,
+                enable_prefix_caching=False,  # repeated prompts would hit the cache: measure compute only
             )
             for name, compiled in (("eager", False), ("compiled", True))
             if not (compiled and args.no_compile)

@@ -10,4 +10,4 @@ PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && ! command -v nvidia-smi >/dev/null && PY=.venv/bin/python
 LOG="${OUT:-/tmp}/gpu_check.log"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | tee "$LOG"
-PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 420 "$PY" bench/gpu_check.py "$@" 2>&1 | tee -a "$LOG"
+PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 540 "$PY" bench/gpu_check.py "$@" 2>&1 | tee -a "$LOG"

@@ -104,18 +104,68 @@ class LLM:
         from transformers import AutoTokenizer
 
         self.model_path = resolve_model_path(model)
-        self.model_name = model
-        self.config = Config.from_pretrained(self.model_path)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.dtype = resolve_dtype(dtype, self.config, self.device)
-        model_module = build_model(
-            self.config, self.model_path, self.device, self.dtype, hf_compat_dtypes, progress
-        )
+        config = Config.from_pretrained(self.model_path)
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype = resolve_dtype(dtype, config, device)
+        model_module = build_model(config, self.model_path, device, dtype, hf_compat_dtypes, progress)
         if compile_decode is None:
             compile_decode = os.environ.get("AW_COMPILE", "0").strip().lower() in ("1", "true", "on", "yes")
-        if compile_decode and self.device.type == "cpu":
+        if compile_decode and device.type == "cpu":
             model_module.compile_decode()
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
+        tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
+        self._start(
+            model, model_module, config, tokenizer, device, dtype,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enable_prefix_caching=enable_prefix_caching,
+            cache_memory_gb=cache_memory_gb,
+            prefix_cache_memory_gb=prefix_cache_memory_gb,
+            static_decode=static_decode,
+        )  # fmt: skip
+
+    @classmethod
+    def from_model(
+        cls,
+        model: torch.nn.Module,
+        config: Config,
+        tokenizer,
+        *,
+        name: str = "model",
+        device: torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        **engine_options,
+    ) -> LLM:
+        """An engine over a model already built (fused weights) and a tokenizer: what `bench/gpu_check.py` serves
+        its random full-size model with. `engine_options` are `__init__`'s engine settings."""
+        llm = cls.__new__(cls)
+        llm.model_path = None
+        param = next(model.parameters())
+        llm._start(
+            name, model, config, tokenizer, device or param.device, dtype or param.dtype, **engine_options
+        )
+        return llm
+
+    def _start(
+        self,
+        name: str,
+        model_module: torch.nn.Module,
+        config: Config,
+        tokenizer,
+        device: torch.device,
+        dtype: torch.dtype,
+        *,
+        max_model_len: int | None = None,
+        max_num_seqs: int = 8,
+        max_num_batched_tokens: int | None = None,
+        enable_prefix_caching: bool = True,
+        cache_memory_gb: float | None = None,
+        prefix_cache_memory_gb: float | None = None,
+        static_decode: bool | None = None,
+    ) -> None:
+        """Allocates the cache and starts the step loop."""
+        self.model_name, self.config, self.tokenizer = name, config, tokenizer
+        self.device, self.dtype = device, dtype
         cache = self._allocate_cache(max_model_len, max_num_seqs, cache_memory_gb)
         self.processor = OutputProcessor(self.tokenizer, self._eos_ids(), cache.max_len)
         prefix_cache = None

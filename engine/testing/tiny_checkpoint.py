@@ -130,7 +130,8 @@ def build_tokenizer(extra_corpus: list[str] | None = None, vocab_size: int = 300
     return tokenizer
 
 
-def _save_tokenizer(tokenizer, path: Path) -> None:
+def save_tokenizer(tokenizer, path: Path) -> None:
+    """tokenizer.json, tokenizer_config.json and the chat template, as `AutoTokenizer` loads them."""
     tokenizer.save(str(path / "tokenizer.json"))
     tokenizer_config = {
         "tokenizer_class": "Qwen2Tokenizer",
@@ -253,7 +254,7 @@ def make_tiny_checkpoint(
     config_dict["eos_token_id"] = im_end if not multimodal else config_dict.get("eos_token_id")
     (out / "config.json").write_text(json.dumps(config_dict, indent=2, default=str))
     _save_weights(tensors, out, sharded)
-    _save_tokenizer(tokenizer, out)
+    save_tokenizer(tokenizer, out)
     (out / "generation_config.json").write_text(
         json.dumps({"eos_token_id": [im_end, tokenizer.token_to_id("<|endoftext|>")], "do_sample": False})
     )
