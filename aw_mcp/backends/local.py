@@ -70,8 +70,8 @@ class LocalWorldModel:
         cancel = threading.Event()
         sampling = SamplingParams(
             temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
+            top_p=1.0 if params.top_p is None else params.top_p,
+            top_k=0 if params.top_k is None else params.top_k,
             max_tokens=params.max_tokens,
             seed=params.seed,
             stop=list(params.stop) or None,
