@@ -21,7 +21,7 @@ import yaml
 
 from aw_mcp import browsergym
 from aw_mcp.backends.base import ChatMessage
-from aw_mcp.domains import SCREEN_DOMAINS
+from aw_mcp.domains import SCREEN_DOMAINS, TAGGED_DOMAINS
 from aw_mcp.templates import BUNDLED, SYSTEM_SLOTS, fill_slots
 from aw_mcp.world import WorldSpec
 
@@ -31,6 +31,10 @@ OBSERVATION_MARKER = "**Environment Observation:**"
 CURRENT_STATE = "**Current State:**"
 TASK_INSTRUCTION = "**Task Instruction:**"
 NOTES_HEADER = "**World notes for this step:**"
+DEMONSTRATIONS_INTRO = (
+    "Demonstrations: real calls of these tools and what they returned. Copy their shape, field names, id and date "
+    "formats and level of detail."
+)
 
 
 @dataclass(frozen=True)
@@ -87,12 +91,19 @@ def render_demonstrations(world: WorldSpec) -> str:
     blocks = []
     for tool in world.tools:
         for example in tool.examples:
-            number = len(blocks) + 1
-            blocks.append(
-                f"## Example {number}\n### Turn 1\n**Action:**\n{render_action(world, tool.name, example.arguments)}\n"
-                f"{render_observation_turn(world, tool.name, render_result(example.result))}"
+            result = render_result(example.result)
+            answer = (
+                f"<predicted_observation>\n{result}\n</predicted_observation>"
+                if world.domain in TAGGED_DOMAINS
+                else render_observation_turn(world, tool.name, result)
             )
-    return "\n\n".join(blocks)
+            blocks.append(
+                f"## Example {len(blocks) + 1}\n### Turn 1\n**Action:**\n"
+                f"{render_action(world, tool.name, example.arguments)}\n{answer}"
+            )
+    if not blocks:
+        return ""
+    return DEMONSTRATIONS_INTRO + "\n\n" + "\n\n".join(blocks)
 
 
 def render_facts(world: WorldSpec) -> str:
@@ -138,7 +149,11 @@ def scoped_facts(world: WorldSpec, tool: str) -> list[str]:
 def render_action(world: WorldSpec, tool: str, arguments: dict[str, Any]) -> str:
     """The action in the shape the model was trained on for this domain."""
     if world.domain == "terminal" and tool == "send_keys":
-        step = {"keystrokes": arguments.get("keystrokes", ""), "duration": arguments.get("duration", 1.0)}
+        # Durations are seconds as floats in the trained examples (0.5, 1.0, 2.0).
+        step = {
+            "keystrokes": arguments.get("keystrokes", ""),
+            "duration": float(arguments.get("duration", 1.0)),
+        }
         return _fence(_json([step]), "json")
     if world.domain == "os" and tool == "run_gui_code":
         return _fence(str(arguments.get("code", "")), "python")
