@@ -10,12 +10,21 @@ from collections.abc import Sequence
 from aw_mcp import __version__
 from aw_mcp.backends.base import BackendError
 from aw_mcp.backends.resolve import BackendConfigError
-from aw_mcp.commands import call, engine, import_world, report, serve, shell, validate, worlds
+from aw_mcp.commands import bench, call, engine, import_world, judge, report, serve, shell, validate, worlds
 from aw_mcp.session import TrajectoryFormatError
+from aw_mcp.simulator import UnknownToolError
 from aw_mcp.world import WorldSpecError
 
-COMMANDS = (serve, validate, call, worlds, engine, import_world, shell, report)
-USER_ERRORS = (WorldSpecError, BackendConfigError, BackendError, TrajectoryFormatError, ValueError, OSError)
+COMMANDS = (serve, validate, call, worlds, engine, import_world, shell, report, judge, bench)
+USER_ERRORS = (
+    WorldSpecError,
+    BackendConfigError,
+    BackendError,
+    TrajectoryFormatError,
+    UnknownToolError,
+    ValueError,
+    OSError,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

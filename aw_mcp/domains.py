@@ -1,6 +1,8 @@
-"""Built-in tool sets for the non-MCP domains, shaped like the actions the world model was trained on.
+"""The seven domains: their built-in tool sets (shaped like the actions the world model was trained on) and the facts
+of their trained prompt format (role phrase, section order, screen or not, tagged answers).
 
-A world of domain `terminal`, `search`, `swe`, `android`, `web` or `os` may omit `tools:` and gets these. They are
+A world of domain `terminal`, `search`, `swe`, `android`, `web` or `os` may omit `tools:` and gets these (the web
+domain's are BrowserGym's functions, see `browsergym.py`). They are
 plain dicts in the YAML (wire) shape so `world.py` validates them exactly like user-written tools.
 """
 
@@ -8,11 +10,68 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from aw_mcp import browsergym
+
 Domain = Literal["mcp", "search", "terminal", "swe", "android", "web", "os"]
 DOMAINS: tuple[Domain, ...] = ("mcp", "search", "terminal", "swe", "android", "web", "os")
 
-# Domains whose observation is a screen (terminal screen or UI tree): the action turn starts with the current screen.
+# Domains whose observation is a screen (terminal screen or UI tree): a world gives its initial screen (`screen:`), which
+# the first action turn shows as the current state; every later observation is the next screen.
 SCREEN_DOMAINS: frozenset[str] = frozenset({"terminal", "android", "web", "os"})
+
+# The first line of each domain's trained system prompt after `# Role and Objective` names this role.
+ROLE_PHRASES: dict[str, str] = {
+    "mcp": "You are a **Tool World Model**",
+    "search": "You are a **Search World Model**",
+    "terminal": "You are a **Terminal World Model**",
+    "swe": "You are a **Tool World Model**",
+    "android": "You are an **Android World Model**",
+    "web": "You are a **Web World Model**",
+    "os": "You are a **Desktop World Model**",
+}
+
+# The trained prompts' top-level sections, in order (each domain's template keeps them as its first sections).
+TRAINED_SECTIONS: dict[str, tuple[str, ...]] = {
+    "mcp": (
+        "Role and Objective",
+        "Environment Management",
+        "Environment Execution",
+        "Input Definitions & Action Space",
+        "Predicted Observation Requirements",
+    ),
+    "search": (
+        "Role and Objective",
+        "Environment Management",
+        "Environment Execution",
+        "Key Principles",
+        "Input Definitions & Action Space",
+        "Few-shot Examples",
+    ),
+    "terminal": (
+        "Role and Objective",
+        "Environment Management",
+        "Environment Execution",
+        "Key Principles",
+        "Input Definitions & Action Space",
+        "Predicted Observation Requirements",
+        "Terminal Environment Specifics",
+        "Few-shot Examples",
+    ),
+    "swe": (
+        "Role and Objective",
+        "Environment Management",
+        "Environment Execution",
+        "Key Principles",
+        "Input Definitions & Action Space",
+        "Predicted Observation Requirements",
+    ),
+    "android": ("Role and Objective", "Content Requirements", "Format Requirements"),
+    "web": ("Role and Objective", "Action Space", "Content Requirements", "Format Requirements"),
+    "os": ("Role and Objective",),
+}
+
+# Domains whose answer is one `<predicted_observation>...</predicted_observation>` block.
+TAGGED_DOMAINS: frozenset[str] = frozenset({"android", "web", "os"})
 
 
 def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -138,29 +197,7 @@ BUILTIN_TOOLS: dict[str, list[dict[str, Any]]] = {
             "annotations": {"destructiveHint": True, "openWorldHint": False},
         }
     ],
-    "web": [
-        {
-            "name": "browser_action",
-            "title": "Act in the web browser",
-            "description": (
-                "Perform one browser action; returns the next page as an accessibility tree. Actions: "
-                "click(element), type(element, text, press_enter), scroll(direction), goto(url), go_back, "
-                "select(element, text)."
-            ),
-            "inputSchema": _obj(
-                {
-                    "action": {"enum": ["click", "type", "scroll", "goto", "go_back", "select"]},
-                    "element": _ELEMENT,
-                    "text": {"type": "string"},
-                    "press_enter": {"type": "boolean", "default": False},
-                    "direction": {"enum": ["up", "down"]},
-                    "url": {"type": "string"},
-                },
-                ["action"],
-            ),
-            "annotations": {"destructiveHint": True, "openWorldHint": True},
-        }
-    ],
+    "web": browsergym.tools(),
     "os": [
         {
             "name": "run_gui_code",

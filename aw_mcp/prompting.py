@@ -1,8 +1,10 @@
-"""The world-model conversation: render it in the trained shape, and parse the model's answer.
+"""The world-model conversation: render it in the trained format of its domain, and parse the model's answer.
 
-Shape (see docs/ARCHITECTURE.md): a system prompt from `prompts/<domain>/system_prompt.txt` with the world filled
-into named slots; one user turn per agent action (`### Turn N`, the current screen for screen domains, then
-`**Action:**` and the action); each earlier observation as the following assistant turn.
+Format (facts: docs/trained-format.md in the shared docs; README "The trained format"): a system prompt from the
+domain's template with the world filled into named slots; one user turn per agent action, `### Turn N` on its own
+line, then, on turn 1 of a screen domain, `**Current State:**` and the world's `screen:` verbatim (OS: the
+`**Task Instruction:**` before it), then `**Action:**` and the action in the domain's trained shape; each earlier
+observation, byte for byte, as the following assistant turn after `**Environment Observation:**`.
 """
 
 from __future__ import annotations
@@ -17,21 +19,22 @@ from typing import Any
 
 import yaml
 
+from aw_mcp import browsergym
 from aw_mcp.backends.base import ChatMessage
-from aw_mcp.bundled import prompts_dir
-from aw_mcp.domains import SCREEN_DOMAINS
+from aw_mcp.domains import SCREEN_DOMAINS, TAGGED_DOMAINS
+from aw_mcp.templates import BUNDLED, SYSTEM_SLOTS, fill_slots
 from aw_mcp.world import WorldSpec
 
-SYSTEM_SLOTS = (
-    "world_name",
-    "world_description",
-    "now",
-    "tool_definitions",
-    "demonstrations",
-    "facts",
-    "initial_state",
-)
+__all__ = ["SYSTEM_SLOTS", "fill_slots"]
+
 OBSERVATION_MARKER = "**Environment Observation:**"
+CURRENT_STATE = "**Current State:**"
+TASK_INSTRUCTION = "**Task Instruction:**"
+NOTES_HEADER = "**World notes for this step:**"
+DEMONSTRATIONS_INTRO = (
+    "Demonstrations: real calls of these tools and what they returned. Copy their shape, field names, id and date "
+    "formats and level of detail."
+)
 
 
 @dataclass(frozen=True)
@@ -44,31 +47,38 @@ class Turn:
 
 
 def load_template(domain: str, kind: str = "system_prompt") -> str:
-    path = prompts_dir() / domain / f"{kind}.txt"
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FileNotFoundError(f"prompt template {path} is missing ({exc.strerror})") from None
-
-
-def fill_slots(template: str, values: dict[str, str]) -> str:
-    """Replace `{name}` for the given names only, so JSON braces in a template survive untouched."""
-    pattern = re.compile(r"\{(" + "|".join(re.escape(k) for k in values) + r")\}")
-    return pattern.sub(lambda m: values[m.group(1)], template)
+    """A bundled template (checked like any other)."""
+    return BUNDLED.load(domain, kind)
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2)
 
 
+def _fence(body: str, language: str = "") -> str:
+    return f"```{language}\n{body}\n```"
+
+
 def render_tool_definitions(world: WorldSpec) -> str:
+    """The tools as the model reads them: JSON definitions; on the web, BrowserGym's function signatures (and JSON
+    for any tool a world adds beside them)."""
     definitions = []
+    signatures = []
     for tool in world.tools:
+        function = browsergym.BY_NAME.get(tool.name) if world.domain == "web" else None
+        if function is not None:
+            signatures.append(function.signature())
+            continue
         wire = tool.wire()
         if tool.outputWrapper and tool.outputSchema:  # the model writes the API's own (unwrapped) value
             wire["outputSchema"] = tool.outputSchema["properties"][tool.outputWrapper]
         definitions.append(wire)
-    return _json(definitions)
+    parts = []
+    if signatures:
+        parts.append(_fence("\n".join(signatures), "text"))
+    if definitions or not signatures:
+        parts.append(_json(definitions))
+    return "\n\n".join(parts)
 
 
 def render_result(result: Any) -> str:
@@ -76,14 +86,24 @@ def render_result(result: Any) -> str:
 
 
 def render_demonstrations(world: WorldSpec) -> str:
+    """The tools' examples as trained few-shot turns; empty when the world has none (a template's own text around
+    the slot then stands alone)."""
     blocks = []
     for tool in world.tools:
         for example in tool.examples:
-            blocks.append(
-                f"**Action:**\n{render_action(world, tool.name, example.arguments)}\n\n"
-                f"{OBSERVATION_MARKER}\n{render_result(example.result)}"
+            result = render_result(example.result)
+            answer = (
+                f"<predicted_observation>\n{result}\n</predicted_observation>"
+                if world.domain in TAGGED_DOMAINS
+                else render_observation_turn(world, tool.name, result)
             )
-    return "\n\n---\n\n".join(blocks) if blocks else "(none: infer the format from the tool definitions)"
+            blocks.append(
+                f"## Example {len(blocks) + 1}\n### Turn 1\n**Action:**\n"
+                f"{render_action(world, tool.name, example.arguments)}\n{answer}"
+            )
+    if not blocks:
+        return ""
+    return DEMONSTRATIONS_INTRO + "\n\n" + "\n\n".join(blocks)
 
 
 def render_facts(world: WorldSpec) -> str:
@@ -104,8 +124,8 @@ def render_state(world: WorldSpec) -> str:
     return yaml.safe_dump(world.state, sort_keys=False, allow_unicode=True, width=100).strip()
 
 
-def render_system_prompt(world: WorldSpec, now: str, template: str | None = None) -> str:
-    values = {
+def system_values(world: WorldSpec, now: str) -> dict[str, str]:
+    return {
         "world_name": world.name,
         "world_description": world.description.strip() or world.name,
         "now": now,
@@ -114,7 +134,11 @@ def render_system_prompt(world: WorldSpec, now: str, template: str | None = None
         "facts": render_facts(world),
         "initial_state": render_state(world),
     }
-    return fill_slots(template if template is not None else load_template(world.domain), values)
+
+
+def render_system_prompt(world: WorldSpec, now: str, template: str | None = None) -> str:
+    text = template if template is not None else load_template(world.domain)
+    return fill_slots(text, system_values(world, now))
 
 
 def scoped_facts(world: WorldSpec, tool: str) -> list[str]:
@@ -125,21 +149,29 @@ def scoped_facts(world: WorldSpec, tool: str) -> list[str]:
 def render_action(world: WorldSpec, tool: str, arguments: dict[str, Any]) -> str:
     """The action in the shape the model was trained on for this domain."""
     if world.domain == "terminal" and tool == "send_keys":
-        step = {"keystrokes": arguments.get("keystrokes", ""), "duration": arguments.get("duration", 1.0)}
-        return f"```json\n{json.dumps([step], ensure_ascii=False)}\n```"
+        # Durations are seconds as floats in the trained examples (0.5, 1.0, 2.0).
+        step = {
+            "keystrokes": arguments.get("keystrokes", ""),
+            "duration": float(arguments.get("duration", 1.0)),
+        }
+        return _fence(_json([step]), "json")
     if world.domain == "os" and tool == "run_gui_code":
-        return f"```python\n{arguments.get('code', '')}\n```"
-    if world.domain in ("android", "web") and "action" in arguments:
+        return _fence(str(arguments.get("code", "")), "python")
+    if world.domain == "web":
+        call = browsergym.render_call(tool, arguments)
+        if call is not None:
+            return _fence(call)
+    if world.domain == "android" and "action" in arguments:
         params = ", ".join(
             f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items() if k != "action"
         )
-        return f"```\n{arguments['action']}({params})\n```"
-    call = {"name": tool, "arguments": arguments}
-    return f"```json\n{json.dumps(call, ensure_ascii=False)}\n```"
+        return _fence(f"{arguments['action']}({params})")
+    return _fence(_json({"name": tool, "arguments": arguments}), "json")
 
 
-def current_screen(world: WorldSpec, history: Sequence[Turn]) -> str:
-    return history[-1].observation if history else render_state(world)
+def initial_screen(world: WorldSpec) -> str:
+    """The world's `screen:` verbatim, less the line break YAML's block scalar adds at its end."""
+    return (world.screen or "").rstrip("\n")
 
 
 def render_user_turn(
@@ -147,20 +179,24 @@ def render_user_turn(
     number: int,
     tool: str,
     arguments: dict[str, Any],
-    history: Sequence[Turn] = (),
     notes: Iterable[str] = (),
 ) -> str:
-    parts = [f"### Turn {number}"]
-    if world.domain in SCREEN_DOMAINS:
-        parts.append(f"**Current Screen:**\n{current_screen(world, history)}")
+    parts = []
+    if number == 1 and world.domain == "os" and world.task:
+        parts.append(f"{TASK_INSTRUCTION}\n{world.task.strip()}")
+    if number == 1 and world.domain in SCREEN_DOMAINS:
+        parts.append(f"{CURRENT_STATE}\n{initial_screen(world)}")
     parts.append(f"**Action:**\n{render_action(world, tool, arguments)}")
     notes = [n for n in notes if n]
     if notes:
-        parts.append("**World notes for this step:**\n" + "\n".join(f"- {n}" for n in notes))
-    return "\n\n".join(parts)
+        parts.append(NOTES_HEADER + "\n" + "\n".join(f"- {n}" for n in notes))
+    return f"### Turn {number}\n" + "\n\n".join(parts)
 
 
-def render_observation_turn(observation: str) -> str:
+def render_observation_turn(world: WorldSpec, tool: str, observation: str) -> str:
+    """An observation as the assistant turn that answered it: search results in their trained fenced block."""
+    if world.domain == "search" and tool == "web_search" and not observation.startswith("```"):
+        observation = _fence(observation)
     return f"{OBSERVATION_MARKER}\n{observation}"
 
 
@@ -174,19 +210,13 @@ def build_messages(
 ) -> list[ChatMessage]:
     messages: list[ChatMessage] = [{"role": "system", "content": system_prompt}]
     for i, turn in enumerate(history, 1):
+        messages.append({"role": "user", "content": render_user_turn(world, i, turn.tool, turn.arguments)})
         messages.append(
-            {
-                "role": "user",
-                "content": render_user_turn(world, i, turn.tool, turn.arguments, history[: i - 1]),
-            }
+            {"role": "assistant", "content": render_observation_turn(world, turn.tool, turn.observation)}
         )
-        messages.append({"role": "assistant", "content": render_observation_turn(turn.observation)})
     notes = [*scoped_facts(world, tool), *notes]
     messages.append(
-        {
-            "role": "user",
-            "content": render_user_turn(world, len(history) + 1, tool, arguments, history, notes),
-        }
+        {"role": "user", "content": render_user_turn(world, len(history) + 1, tool, arguments, notes)}
     )
     return messages
 
@@ -242,23 +272,39 @@ def _split_thinking(text: str) -> tuple[str, str]:
     return rest, "\n\n".join(t for t in thoughts if t)
 
 
+def _trim_lines(text: str) -> str:
+    """Drop blank lines at both ends; every other byte (indentation, a prompt's trailing space) stays."""
+    if not text.strip():
+        return ""
+    text = re.sub(r"\A(?:[ \t]*\n)+", "", text)
+    return re.sub(r"(?:\n[ \t]*)+\Z", "", text.rstrip("\n"))
+
+
+def _trim(text: str) -> str:
+    """An answer after its marker or tag: text on the marker's own line (`**Environment Observation:** ok`) loses
+    the spaces before it; a block on the following lines keeps its indentation (a `view` listing starts with
+    spaces)."""
+    first, newline, rest = text.partition("\n")
+    return _trim_lines(first.lstrip(" \t") + newline + rest if first.strip() else rest)
+
+
 def strip_code_fence(text: str) -> str:
     """Unwrap one code fence that encloses the whole text (models like to fence JSON and screens)."""
-    stripped = text.strip()
-    match = _FENCE.match(stripped)
-    return match.group(2).strip("\n") if match else stripped
+    trimmed = _trim(text)
+    match = _FENCE.match(trimmed)
+    return _trim_lines(match.group(2)) if match else trimmed
 
 
 def parse_answer(text: str, reasoning: str = "") -> ParsedAnswer:
     rest, thinking = _split_thinking(text or "")
     thinking = "\n\n".join(t for t in (reasoning.strip(), thinking) if t)
-    predicted = _PREDICTED.search(rest)
-    if predicted is not None:
-        body = predicted.group(1)
+    predicted = list(_PREDICTED.finditer(rest))
+    if predicted:
+        body = predicted[-1].group(1)  # the last block is the answer (as the official parser reads it)
     else:
         markers = list(_MARKER.finditer(rest))
         body = rest[markers[-1].end() :] if markers else rest
-    body = body.replace("</predicted_observation>", "").strip()
+    body = body.replace("</predicted_observation>", "")
     return ParsedAnswer(observation=strip_code_fence(body), thinking=thinking)
 
 

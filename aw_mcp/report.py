@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +25,17 @@ class Summary:
     faults: list[dict[str, Any]] = field(
         default_factory=list
     )  # each fault entry plus its call's index and tool
+    judgements: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # `aw-mcp judge` results, one per judged call
+
+    def judge_sessions(self) -> dict[str, tuple[int, float]]:
+        """session -> (judged calls, mean 1-5 score) over the calls the judge scored."""
+        by_session: dict[str, list[float]] = {}
+        for entry in self.judgements:
+            if entry.get("judgement"):
+                by_session.setdefault(str(entry["session"]), []).append(float(entry["judgement"]["mean"]))
+        return {s: (len(v), sum(v) / len(v)) for s, v in by_session.items()}
 
     @property
     def latencies(self) -> list[float]:
@@ -42,9 +54,29 @@ class Summary:
         return {k: (v[0], v[1], v[2]) for k, v in out.items()}
 
 
+def judge_path(trajectory: str | Path) -> Path:
+    """Where `aw-mcp judge` keeps a trajectory's scores."""
+    return Path(trajectory).with_suffix(".judge.jsonl")
+
+
+def read_judgements(trajectory: str | Path) -> list[dict[str, Any]]:
+    """The latest judge result per call (a rerun appends); lines cut short by a crash are skipped."""
+    path = judge_path(trajectory)
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+                latest[(str(entry["session"]), int(entry["index"]))] = entry
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+    return [latest[k] for k in sorted(latest)]
+
+
 def summarize(path: str | Path) -> Summary:
     calls = list(read_trajectory(path))
     summary = Summary(str(path), calls, sorted({str(c.get("session")) for c in calls}))
+    summary.judgements = read_judgements(path)
     for call in calls:
         tool = str(call.get("tool"))
         summary.per_tool[tool] += 1
@@ -82,6 +114,11 @@ def text_summary(summary: Summary) -> str:
     for name, (kind, count, skipped) in fired.items():
         extra = f", {skipped} without effect" if skipped else ""
         lines.append(f"  {name} [{kind}]: {count}{extra}")
+    for session, (count, mean) in summary.judge_sessions().items():
+        score = (mean - 1) / 4 * 100
+        lines.append(
+            f"judge, session {session}: {score:.2f} / 100 (mean {mean:.2f} of 5 over {count} call(s))"
+        )
     return "\n".join(lines)
 
 
@@ -184,6 +221,59 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _judge_table(summary: Summary) -> str:
+    if not summary.judgements:
+        return "<p>Not judged (run <code>aw-mcp judge</code>).</p>"
+    esc = html.escape
+    rows = []
+    for entry in summary.judgements:
+        judgement = entry.get("judgement")
+        if judgement is None:
+            rows.append(
+                [
+                    esc(str(entry["session"])),
+                    str(entry["index"] + 1),
+                    esc(str(entry.get("tool"))),
+                    "no scores",
+                ]
+                + [""] * 8
+            )
+            continue
+        scores = judgement["scores"]
+        rows.append(
+            [
+                esc(str(entry["session"])),
+                str(entry["index"] + 1),
+                esc(str(entry.get("tool"))),
+                f"{judgement['score']:.1f}",
+                f"{judgement['mean']:.2f}",
+            ]
+            + [str(scores.get(d, "")) for d in ("format", "factuality", "consistency", "realism", "quality")]
+            + [esc(str(entry.get("against", ""))), esc("; ".join(judgement.get("weaknesses") or []))[:1000]]
+        )
+    sessions = [
+        [esc(s), str(n), f"{(m - 1) / 4 * 100:.2f}", f"{m:.2f}"]
+        for s, (n, m) in summary.judge_sessions().items()
+    ]
+    return _table(["session", "judged calls", "score (0-100)", "mean (1-5)"], sessions) + _table(
+        [
+            "session",
+            "call",
+            "tool",
+            "score",
+            "mean",
+            "format",
+            "factuality",
+            "consistency",
+            "realism",
+            "quality",
+            "against",
+            "weaknesses",
+        ],
+        rows,
+    )
+
+
 def html_report(summary: Summary) -> str:
     esc = html.escape
     tool_rows = [
@@ -230,6 +320,8 @@ def html_report(summary: Summary) -> str:
             "<h2>Timeline</h2>",
             legend,
             timeline_svg(summary.calls),
+            "<h2>Judge scores</h2>",
+            _judge_table(summary),
             "<h2>Every fault</h2>",
             _table(["call", "tool", "perturbation", "kind", "details", "ground truth"], fault_rows)
             if fault_rows

@@ -109,14 +109,20 @@ def read_trajectory(path: str | Path) -> Iterator[dict[str, Any]]:
 class WorldSession:
     """One simulated world's history. Observations become assistant turns of the next prompt."""
 
-    def __init__(self, world: WorldSpec, session_id: str = DEFAULT_SESSION, now: str | None = None):
+    def __init__(
+        self,
+        world: WorldSpec,
+        session_id: str = DEFAULT_SESSION,
+        now: str | None = None,
+        template: str | None = None,
+    ):
         self.world = world
         self.id = session_id
         self.now = world.now or now or utc_now()
         self.history: list[Turn] = []
         self.records: list[CallRecord] = []
         self._next_index = 0
-        self.system_prompt = render_system_prompt(world, self.now)
+        self.system_prompt = render_system_prompt(world, self.now, template)
 
     def claim_index(self) -> int:
         """Reserve the next call index (calls may overlap; each gets a distinct, ordered index)."""
@@ -141,9 +147,10 @@ class WorldSession:
 class SessionRegistry:
     """World sessions by key: one per stdio process, one per HTTP client session (see ARCHITECTURE.md)."""
 
-    def __init__(self, world: WorldSpec, writer: TrajectoryWriter | None = None):
+    def __init__(self, world: WorldSpec, writer: TrajectoryWriter | None = None, template: str | None = None):
         self.world = world
         self.writer = writer
+        self.template = template  # the system prompt template (None: the bundled one for the world's domain)
         self._sessions: dict[str, WorldSession] = {}
         self.default_key = DEFAULT_SESSION
 
@@ -151,7 +158,7 @@ class SessionRegistry:
         key = key or self.default_key
         session = self._sessions.get(key)
         if session is None:
-            session = self._sessions[key] = WorldSession(self.world, key)
+            session = self._sessions[key] = WorldSession(self.world, key, template=self.template)
         return session
 
     def sessions(self) -> list[WorldSession]:

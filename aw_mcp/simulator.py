@@ -120,7 +120,7 @@ def params_from_settings(settings: ModelSettings) -> GenerationParams:
         temperature=settings.temperature,
         top_p=settings.top_p,
         top_k=settings.top_k,
-        max_tokens=settings.max_tokens,
+        max_tokens=settings.token_budget,
         thinking=settings.thinking,
     )
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from aw_mcp.domains import BUILTIN_TOOLS, Domain
+from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, Domain
 from aw_mcp.perturb import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.presets import PresetRef, expand_presets, normalize_preset
 from aw_mcp.spec_model import StrictSpecModel
@@ -211,20 +211,35 @@ class Fact(StrictSpecModel):
         return {"text": data} if isinstance(data, str) else data
 
 
+# Sampling of the official evaluation (eval.py of QwenLM/Qwen-AgentWorld): temperature 0.6, max_tokens 32768; it sets
+# no top_p / top_k, so neither do we unless a world asks (the server's generation config then decides).
+DEFAULT_TEMPERATURE = 0.6
+DEFAULT_MAX_TOKENS = 32768
+# Fast mode (no thinking) answers directly; a screen or a JSON result fits in far fewer tokens.
+FAST_MAX_TOKENS = 8192
+
+
 class ModelSettings(StrictSpecModel):
     """Backend settings and sampling; the command line and AW_* env vars override the backend fields."""
 
     backend: Literal["openai", "local", "replay"] | None = None
     base_url: str | None = None
     model: str | None = None
-    temperature: float = Field(default=0.6, ge=0.0, le=2.0)
-    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
-    top_k: int = Field(default=20, ge=-1)
-    max_tokens: int = Field(default=8192, ge=1)
+    temperature: float = Field(default=DEFAULT_TEMPERATURE, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    max_tokens: int | None = Field(default=None, ge=1)
     thinking: bool = True
     timeout_s: float = Field(default=600.0, gt=0)
     retries: int = Field(default=3, ge=0, le=20)
     output_retries: int = Field(default=2, ge=0, le=10)
+
+    @property
+    def token_budget(self) -> int:
+        """max_tokens as set, else the official evaluation's 32768 (thinking) or the fast-mode budget."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return DEFAULT_MAX_TOKENS if self.thinking else FAST_MAX_TOKENS
 
 
 class WorldSpec(StrictSpecModel):
@@ -236,7 +251,15 @@ class WorldSpec(StrictSpecModel):
     seed: int = 0
     now: str | None = None
     facts: list[Fact] = Field(default_factory=list)
+    # The hidden world state, given to the world model in its system prompt.
     state: str | dict[str, Any] | list[Any] | None = None
+    # Screen domains: the screen the agent starts on (terminal text, UI or accessibility tree), shown verbatim as the
+    # first turn's **Current State:**.
+    screen: str | None = None
+    # OS domain: the agent's goal, shown on the first turn as its **Task Instruction:**.
+    task: str | None = None
+    # A directory laid out like `prompts/` (relative to the world file) whose templates replace the bundled ones.
+    prompts: str | None = None
     tools: list[ToolSpec] = Field(default_factory=list)
     model: ModelSettings = Field(default_factory=ModelSettings)
     # Prompt-injection slots (AgentDojo-style): name -> default text; `inject` faults fill them in.
@@ -293,6 +316,34 @@ class WorldSpec(StrictSpecModel):
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
+
+    def format_problems(self) -> list[tuple[PathKey, str]]:
+        """Keys the trained turn format needs or cannot use in this domain, each with its YAML location."""
+        problems: list[tuple[PathKey, str]] = []
+        if self.domain in SCREEN_DOMAINS and self.screen is None:
+            hint = (
+                "move `state.screen` to a top-level `screen:`"
+                if isinstance(self.state, dict) and "screen" in self.state
+                else "add a top-level `screen: |` block holding the screen the agent starts on, verbatim"
+            )
+            problems.append(
+                (
+                    ("domain",),
+                    f"a `{self.domain}` world needs its initial screen under `screen:` (shown to the world model as "
+                    f"the first turn's current state); {hint}. `state:` stays the hidden world state",
+                )
+            )
+        if self.domain not in SCREEN_DOMAINS and self.screen is not None:
+            problems.append(
+                (
+                    ("screen",),
+                    f"`screen:` is read only by the screen domains ({', '.join(sorted(SCREEN_DOMAINS))}); "
+                    "put what the service holds under `state:`",
+                )
+            )
+        if self.task is not None and self.domain != "os":
+            problems.append((("task",), "`task:` (the Task Instruction) is read only by the `os` domain"))
+        return problems
 
     def all_perturbations(self) -> list[Perturbation]:
         """The world's own perturbations, then those its presets expand into."""
@@ -442,7 +493,7 @@ def world_from_source(source: SpecSource) -> WorldSpec:
             line, _ = source.locate(loc)
             issues.append(SpecIssue(source.path, line, _field_path(loc), _expected(error)))
         raise WorldSpecError(issues) from None
-    problems = world.perturbation_problems()
+    problems = world.format_problems() + world.perturbation_problems()
     if problems:
         raise WorldSpecError(
             [SpecIssue(source.path, source.locate(loc)[0], _field_path(loc), msg) for loc, msg in problems]

@@ -68,8 +68,9 @@ async def test_defaults_omit_seed_stop_and_auth() -> None:
     body, headers = server.requests[0].body, server.requests[0].headers
     assert "seed" not in body and "stop" not in body
     assert "authorization" not in headers
-    assert body["chat_template_kwargs"] == {"enable_thinking": True}
-    assert (body["temperature"], body["top_p"], body["top_k"]) == (0.6, 0.95, 20)
+    # The official evaluation's request: thinking left to the chat template's default, no top_p / top_k.
+    assert "chat_template_kwargs" not in body and "top_p" not in body and "top_k" not in body
+    assert (body["temperature"], body["max_tokens"]) == (0.6, 32768)
 
 
 @pytest.mark.anyio

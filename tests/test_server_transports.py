@@ -76,7 +76,8 @@ async def test_stdio_subprocess_list_call_bad_args_structured(
     # The second model request carried the first call as history.
     second = openai_server.requests[-1].body
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"]
-    assert second["temperature"] == 0.6 and second["top_p"] == 0.95 and second["top_k"] == 20
+    assert second["temperature"] == 0.6 and second["max_tokens"] == 32768
+    assert "top_p" not in second and "top_k" not in second
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert [(r["tool"], r["is_error"]) for r in lines] == [
         ("get_order", False),

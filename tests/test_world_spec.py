@@ -10,7 +10,7 @@ import pytest
 
 from aw_mcp.bundled import bundled_worlds
 from aw_mcp.cli import main
-from aw_mcp.domains import BUILTIN_TOOLS, DOMAINS
+from aw_mcp.domains import BUILTIN_TOOLS, DOMAINS, SCREEN_DOMAINS
 from aw_mcp.world import WorldSpecError, load_world, load_world_text, validate_paths
 from tests.conftest import REPO, SMALL_WORLD
 
@@ -37,7 +37,9 @@ model:
 def test_small_world_parses_with_defaults() -> None:
     world = load_world_text(SMALL_WORLD)
     assert world.name == "tiny-shop" and world.seed == 7
-    assert world.model.temperature == 0.6 and world.model.top_p == 0.95 and world.model.top_k == 20
+    assert world.model.temperature == 0.6 and world.model.top_p is None and world.model.top_k is None
+    assert world.model.token_budget == 32768  # the official evaluation's budget
+    assert world.model.model_copy(update={"thinking": False}).token_budget == 8192  # fast mode keeps its own
     assert world.facts[1].tools == ["get_order"]
     assert world.tool("get_order").structured and not world.tool("cancel_order").structured
 
@@ -80,13 +82,17 @@ def test_mcp_world_needs_tools_and_unique_names() -> None:
 
 @pytest.mark.parametrize("domain", [d for d in DOMAINS if d != "mcp"])
 def test_non_mcp_domains_get_builtin_tools(domain: str) -> None:
-    world = load_world_text(f"name: w\ndomain: {domain}\n")
+    world = load_world_text(
+        f"name: w\ndomain: {domain}\nscreen: s\n"
+        if domain in SCREEN_DOMAINS
+        else f"name: w\ndomain: {domain}\n"
+    )
     assert [t.name for t in world.tools] == [t["name"] for t in BUILTIN_TOOLS[domain]]
 
 
 def test_builtin_tools_can_get_examples_and_extra_tools() -> None:
     world = load_world_text(
-        "name: t\ndomain: terminal\ntools:\n"
+        "name: t\ndomain: terminal\nscreen: $\ntools:\n"
         "  - name: send_keys\n    examples: [{arguments: {keystrokes: 'pwd\\n'}, result: '/home/dev'}]\n"
         "  - {name: upload_file, inputSchema: {type: object}}\n"
     )

@@ -19,12 +19,13 @@ ProgressCallback = Callable[[int, str], Awaitable[None]]
 
 @dataclass(frozen=True)
 class GenerationParams:
-    """Sampling settings, with the model card's recommended defaults."""
+    """Sampling settings; the defaults are the official evaluation's (temperature 0.6, 32768 tokens). top_p and top_k
+    are None unless set: the server's own generation config decides them."""
 
     temperature: float = 0.6
-    top_p: float = 0.95
-    top_k: int = 20
-    max_tokens: int = 8192
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int = 32768
     thinking: bool = True
     seed: int | None = None
     stop: tuple[str, ...] = ()

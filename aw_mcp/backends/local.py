@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -23,6 +24,20 @@ from aw_mcp.backends.base import (
 )
 
 PROGRESS_INTERVAL_S = 1.0
+
+
+def sampling_params(params: GenerationParams) -> Any:
+    """The engine's SamplingParams for these settings; top_p / top_k unset mean no filtering (all tokens)."""
+    from engine import SamplingParams
+
+    return SamplingParams(
+        temperature=params.temperature,
+        top_p=1.0 if params.top_p is None else params.top_p,
+        top_k=0 if params.top_k is None else params.top_k,
+        max_tokens=params.max_tokens,
+        seed=params.seed,
+        stop=list(params.stop) or None,
+    )
 
 
 class LocalWorldModel:
@@ -64,17 +79,9 @@ class LocalWorldModel:
         on_progress: ProgressCallback | None = None,
         call: CallRef | None = None,
     ) -> Generation:
-        from engine import SamplingParams
         from engine.reasoning import split_reasoning
 
-        sampling = SamplingParams(
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
-            max_tokens=params.max_tokens,
-            seed=params.seed,
-            stop=list(params.stop) or None,
-        )
+        sampling = sampling_params(params)
 
         def encode() -> tuple[object, list[int]]:
             llm = self._load()

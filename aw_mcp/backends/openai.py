@@ -125,14 +125,18 @@ class OpenAIWorldModel:
             "model": self.model,
             "messages": messages,
             "temperature": params.temperature,
-            "top_p": params.top_p,
-            "top_k": params.top_k,
             "max_tokens": params.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
-            # vLLM and SGLang pass these to the chat template; Qwen's template switches thinking with it.
-            "chat_template_kwargs": {"enable_thinking": params.thinking},
         }
+        if params.top_p is not None:
+            body["top_p"] = params.top_p
+        if params.top_k is not None:
+            body["top_k"] = params.top_k
+        if not params.thinking:
+            # Fast mode. vLLM and SGLang pass these to the chat template; Qwen's template switches thinking off with
+            # it. Thinking on is the template's default, as in the official evaluation, which sends nothing.
+            body["chat_template_kwargs"] = {"enable_thinking": False}
         if params.seed is not None:
             body["seed"] = params.seed
         if params.stop:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,11 +15,20 @@ from aw_mcp.bundled import resolve_world_path
 from aw_mcp.presets import PRESET_NAMES, parse_preset
 from aw_mcp.session import SessionRegistry, TrajectoryWriter
 from aw_mcp.simulator import Simulator, params_from_settings
+from aw_mcp.templates import PromptDir, prompt_dir
 from aw_mcp.world import SpecIssue, WorldSpec, WorldSpecError, load_world
+
+log = logging.getLogger(__name__)
 
 
 def add_world_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world", required=True, help="world YAML file, or the name of a bundled world")
+    parser.add_argument(
+        "--prompts",
+        metavar="DIR",
+        help="prompt templates laid out like prompts/ (<domain>/system_prompt.txt, <domain>/judge_system_prompt.txt);"
+        " overrides the world's `prompts:`",
+    )
 
 
 def add_backend_flags(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +89,7 @@ class WorldSetup:
     world: WorldSpec
     spec_text: str
     simulator: Simulator
+    prompts: PromptDir
 
 
 def apply_overrides(world: WorldSpec, args: argparse.Namespace) -> WorldSpec:
@@ -114,6 +125,13 @@ def setup_world(args: argparse.Namespace) -> WorldSetup:
     """Raises WorldSpecError / BackendConfigError / TrajectoryFormatError with a user-facing message."""
     path = resolve_world_path(args.world)
     world = apply_overrides(load_world(path), args)
+    prompts = prompt_dir(getattr(args, "prompts", None), world.prompts, Path(path))
+    template = prompts.load(world.domain)  # an unknown {slot} or a missing file stops us here, not at a call
+    if not prompts.bundled and "{facts}" not in template and "{initial_state}" not in template:
+        log.warning(
+            "%s has no {facts} or {initial_state} slot: the world's facts and state are not in the system prompt",
+            prompts.path(world.domain),
+        )
     choice = resolve_backend(
         world.model,
         backend=args.backend,
@@ -125,9 +143,9 @@ def setup_world(args: argparse.Namespace) -> WorldSetup:
     )
     record_path = args.record or args.resume
     writer = TrajectoryWriter(record_path) if record_path else None
-    registry = SessionRegistry(world, writer)
+    registry = SessionRegistry(world, writer, template)
     if args.resume and Path(args.resume).exists():
         registry.resume(args.resume)
     backend = open_backend(choice, world.model)
     simulator = Simulator(world, backend, registry, params_from_settings(world.model))
-    return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator)
+    return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts)

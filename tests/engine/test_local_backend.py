@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from aw_mcp.backends.base import BackendError, Generation, GenerationParams, WorldModel
-from aw_mcp.backends.local import LocalWorldModel
+from aw_mcp.backends.local import LocalWorldModel, sampling_params
 
 CHAT = [
     {"role": "system", "content": "You simulate tools."},
@@ -48,15 +48,7 @@ def test_generate_returns_generation(backend: LocalWorldModel) -> None:
 
 
 def _sampling(params: GenerationParams):
-    from engine import SamplingParams
-
-    return SamplingParams(
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k,
-        max_tokens=params.max_tokens,
-        seed=params.seed,
-    )
+    return sampling_params(params)
 
 
 def test_cancellation_stops_the_decode_loop(backend: LocalWorldModel) -> None:

@@ -1,0 +1,196 @@
+"""`aw-mcp judge`: score each recorded observation of a trajectory with the trained judge protocol.
+
+One result line per judged call goes to TRAJECTORY.judge.jsonl (flushed at once; a rerun skips calls already
+judged), and the trajectory's HTML report gets the scores per call and per session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from aw_mcp.backends.base import BackendError, WorldModel
+from aw_mcp.backends.openai import OpenAIWorldModel
+from aw_mcp.bundled import bundled_worlds, resolve_world_path
+from aw_mcp.judging import (
+    JUDGE_ATTEMPTS,
+    JUDGE_PARAMS,
+    judge_messages,
+    judge_system_prompt,
+    judge_user_message,
+    normalized,
+    parse_judgement,
+    world_reference,
+)
+from aw_mcp.prompting import render_observation_turn, render_user_turn
+from aw_mcp.report import judge_path, write_report
+from aw_mcp.session import TrajectoryFormatError, read_trajectory
+from aw_mcp.templates import prompt_dir
+from aw_mcp.world import WorldSpec, load_world
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "judge", help="score a recorded trajectory with the trained judge protocol"
+    )
+    parser.add_argument("trajectory", metavar="TRAJECTORY", help="a trajectory written by --record")
+    parser.add_argument("--base-url", required=True, help="the judge's OpenAI-compatible server (…/v1)")
+    parser.add_argument("--model", required=True, help="the judge model")
+    parser.add_argument(
+        "--reference",
+        metavar="REF.jsonl",
+        help="real observations to compare with: JSON lines with index (0-based call index), observation and "
+        "optionally session (a recorded trajectory works). Without it the judge grades against the world itself",
+    )
+    parser.add_argument("--world", help="the world file (default: the bundled world named in the trajectory)")
+    parser.add_argument("--prompts", metavar="DIR", help="prompt templates laid out like prompts/")
+    parser.add_argument("-o", "--output", help="HTML report to write (default: TRAJECTORY with .html)")
+    parser.set_defaults(func=run)
+
+
+class ReferenceLine(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    index: int
+    observation: str
+    session: str | None = None
+
+
+def load_reference(path: str) -> dict[tuple[str | None, int], str]:
+    out: dict[tuple[str | None, int], str] = {}
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = ReferenceLine.model_validate_json(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "(line)"
+            raise ValueError(f"{path}:{number}: {where}: {first['msg']}") from None
+        out[(entry.session, entry.index)] = entry.observation
+    return out
+
+
+def find_world(args: argparse.Namespace, records: list[dict[str, Any]]) -> tuple[WorldSpec, Path]:
+    if args.world:
+        path = resolve_world_path(args.world)
+        return load_world(path), path
+    names = {r.get("world") for r in records}
+    for path in bundled_worlds():
+        world = load_world(path)
+        if world.name in names:
+            return world, path
+    raise ValueError(
+        f"the trajectory's world ({', '.join(map(str, names))}) is not bundled: pass --world PATH"
+    )
+
+
+def judge_jobs(world: WorldSpec, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each judgeable call with the conversation the world model saw: earlier turns and the current turn."""
+    jobs = []
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        sessions.setdefault(str(record.get("session")), []).append(record)
+    for session, calls in sessions.items():
+        history: list[tuple[str, str]] = []
+        for record in sorted(calls, key=lambda r: int(r.get("index", 0))):
+            observation = record.get("truth") or record.get("observation")
+            if observation is None or record.get("error") is not None:
+                continue
+            tool, arguments = str(record["tool"]), record.get("arguments") or {}
+            prompt = render_user_turn(world, len(history) + 1, tool, arguments)
+            jobs.append(
+                {
+                    "session": session,
+                    "index": int(record.get("index", 0)),
+                    "tool": tool,
+                    "context": list(history),
+                    "prompt": prompt,
+                    "output": str(record.get("observation")),
+                }
+            )
+            if record.get("in_history", True):
+                history.append((prompt, render_observation_turn(world, tool, str(observation))))
+    return jobs
+
+
+async def judge_one(judge: WorldModel, system: str, user: str) -> tuple[dict[str, Any] | None, str]:
+    """(judgement, last raw answer); None after JUDGE_ATTEMPTS answers without scores or a backend failure."""
+    raw = ""
+    for _ in range(JUDGE_ATTEMPTS):
+        try:
+            generation = await judge.generate(judge_messages(system, user), JUDGE_PARAMS)
+        except BackendError as exc:
+            return None, f"judge failed: {exc}"
+        raw = generation.text
+        judgement = parse_judgement(raw)
+        if judgement is not None:
+            return judgement.to_json(), raw
+    return None, raw
+
+
+async def _judge(args: argparse.Namespace) -> int:
+    records = list(read_trajectory(args.trajectory))
+    if not records:
+        raise TrajectoryFormatError(f"{args.trajectory}: no calls to judge")
+    world, world_path = find_world(args, records)
+    template = prompt_dir(args.prompts, world.prompts, world_path).load(world.domain, "judge_system_prompt")
+    reference = load_reference(args.reference) if args.reference else None
+    system = judge_system_prompt(template, world_reference(world))
+    out_path = judge_path(args.trajectory)
+    done = set()
+    if out_path.exists():
+        for line in out_path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+                if entry.get("judgement") is not None:
+                    done.add((entry["session"], entry["index"]))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line cut short by a crash: judged again
+    judge = OpenAIWorldModel(args.base_url, args.model)
+    try:
+        with out_path.open("a", encoding="utf-8") as out:
+            for job in judge_jobs(world, records):
+                if (job["session"], job["index"]) in done:
+                    continue
+                truth = None
+                if reference is not None:
+                    truth = reference.get((job["session"], job["index"]), reference.get((None, job["index"])))
+                user = judge_user_message(job["context"], job["prompt"], job["output"], truth)
+                judgement, raw = await judge_one(judge, system, user)
+                entry = {
+                    "session": job["session"],
+                    "index": job["index"],
+                    "tool": job["tool"],
+                    "against": "reference" if truth is not None else "world",
+                    "judgement": judgement,
+                    "raw": raw,
+                }
+                out.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                out.flush()
+                label = f"call {job['index'] + 1} ({job['tool']}, session {job['session']})"
+                if judgement is None:
+                    print(f"{label}: the judge gave no parsable scores", file=sys.stderr)
+                else:
+                    scores = " ".join(f"{k} {v}" for k, v in judgement["scores"].items())
+                    print(f"{label}: {judgement['score']:.1f} ({scores}; against the {entry['against']})")
+    finally:
+        await judge.aclose()
+    summary = write_report(args.trajectory, args.output or Path(args.trajectory).with_suffix(".html"))
+    for session, (count, mean) in summary.judge_sessions().items():
+        print(f"session {session}: {normalized(mean):.2f} over {count} judged call(s) (mean {mean:.2f} of 5)")
+    if reference is None:
+        print(
+            "no --reference: the judge graded each observation against the world itself (facts, state, history)"
+        )
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return anyio.run(_judge, args)
