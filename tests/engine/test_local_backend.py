@@ -80,3 +80,29 @@ def test_load_error_is_a_backend_error(tmp_path: Path) -> None:
     model = LocalWorldModel(str(tmp_path / "missing" / "model"))
     with pytest.raises(BackendError, match="cannot load the local model"):
         anyio.run(model.generate, CHAT, GenerationParams(max_tokens=4))
+
+
+def test_a_session_s_next_call_reuses_the_previous_prompt(backend: LocalWorldModel) -> None:
+    """The world's calls are one growing conversation (system, then user/assistant turns): call 2 restores
+    call 1's prompt from the engine's prefix cache (no session id involved) and prefills only the new turns."""
+    llm = backend._llm
+    params = GenerationParams(temperature=0, max_tokens=6, thinking=True)
+    first_turn = [
+        {"role": "system", "content": "# Role and Objective\nYou are a **Tool World Model**. " * 8},
+        {"role": "user", "content": '### Turn 1\n**Action:**\n```json\n{\n  "name": "ls"\n}\n```'},
+    ]
+    second_turn = first_turn + [
+        {"role": "assistant", "content": "**Environment Observation:**\nnotes.txt"},
+        {"role": "user", "content": '### Turn 2\n**Action:**\n```json\n{\n  "name": "cat"\n}\n```'},
+    ]
+
+    async def main() -> None:
+        await backend.generate(first_turn, params)
+        before = llm.prefix_cache.stats.hit_tokens
+        await backend.generate(second_turn, params)
+        first_prompt = llm.encode(llm.render_chat(first_turn))
+        start = llm.processor.token_id("<|im_start|>")
+        expected = max(i for i, t in enumerate(first_prompt) if t == start)
+        assert llm.prefix_cache.stats.hit_tokens - before == expected
+
+    anyio.run(main)
