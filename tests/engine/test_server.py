@@ -152,6 +152,35 @@ def test_a_disconnected_stream_frees_its_slot(base_url: str, tiny_llm: LLM) -> N
         time.sleep(0.02)
 
 
+def test_a_client_that_leaves_a_non_streaming_request_frees_its_slot(base_url: str, tiny_llm: LLM) -> None:
+    body = json.dumps(
+        {"messages": CHAT, "temperature": 0, "max_tokens": 100_000, "ignore_eos": True}
+    ).encode()
+    host, port = base_url.removeprefix("http://").split(":")
+    aborted = _aborted(tiny_llm)
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        deadline = time.monotonic() + 30
+        while (
+            not tiny_llm.engine.scheduler.running
+        ):  # leave once the request is generating (an event, no clock)
+            assert time.monotonic() < deadline, "the request never started"
+            time.sleep(0.005)
+    deadline = time.monotonic() + 30
+    while tiny_llm.engine.scheduler.running or tiny_llm.cache.num_free != tiny_llm.cache.num_slots:
+        assert time.monotonic() < deadline, "the abandoned request kept its slot"
+        time.sleep(0.02)
+    assert _aborted(tiny_llm) == aborted + 1
+
+
+def _aborted(llm: LLM) -> float:
+    return llm.engine.metrics.finished.labels("abort")._value.get()
+
+
 def test_metrics_and_cached_tokens_of_a_second_turn(base_url: str) -> None:
     system = {"role": "system", "content": "You simulate a file system. " * 10}
     first = [system, {"role": "user", "content": "Action: ls /tmp"}]

@@ -346,3 +346,18 @@ def test_metrics_count_requests_tokens_and_hits(hybrid_llm: LLM) -> None:
         if line.startswith("aw_engine:prefix_cache_hits_total")
     )
     assert hits > 0
+
+
+def test_capture_safe_decode_step_serves_concurrent_callers_alike(tiny_ckpt: Path, fresh_llm: LLM) -> None:
+    """The step CUDA graphs replay (slots and positions on the device only), here run eagerly on a CPU."""
+    static = LLM(str(tiny_ckpt), device="cpu", progress=False, static_decode=True, max_num_batched_tokens=64)
+    try:
+        assert static.static_decode
+        calls = [
+            (lambda i=i, p=p: static.generate(p, _params(i))[0].outputs[0].token_ids)
+            for i, p in enumerate(PROMPTS)
+        ]
+        expected = [fresh_llm.generate(p, _params(i))[0].outputs[0].token_ids for i, p in enumerate(PROMPTS)]
+        assert _in_threads(calls) == expected
+    finally:
+        static.shutdown()
