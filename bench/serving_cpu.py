@@ -10,7 +10,7 @@ Every ratio is against a baseline measured in the same run:
 
 (a) and (b) run with the prefix cache off, so they measure batching alone.
 
-    .venv/bin/python bench/serving_cpu.py [--flush-denormal] [--skip-http]
+    .venv/bin/python bench/serving_cpu.py [--flush-denormal] [--skip-http] [--compiled]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from engine_cpu import BENCH_CONFIG, _load_average  # noqa: E402 -- the benchmar
 
 DECODE_TOKENS = 64
 CALLERS = 8
+SYSTEM_PROMPT_TOKENS = 1500
 
 
 def _concurrently(fns: list[Callable[[], object]]) -> float:
@@ -66,15 +67,28 @@ def _one_after_another(fns: list[Callable[[], object]]) -> float:
     return time.perf_counter() - start
 
 
-def bench_generate(path: Path, prompts: list[list[int]]) -> tuple[float, float]:
+def bench_generate(path: Path, prompts: list[list[int]], compiled: bool = False) -> tuple[float, float]:
     from engine import LLM, SamplingParams
 
     llm = LLM(
-        path.as_posix(), device="cpu", progress=False, max_num_seqs=CALLERS, enable_prefix_caching=False
+        path.as_posix(),
+        device="cpu",
+        progress=False,
+        max_num_seqs=CALLERS,
+        enable_prefix_caching=False,
+        compile_decode=compiled,
     )
     params = SamplingParams(temperature=0, max_tokens=DECODE_TOKENS, ignore_eos=True)
     calls = [lambda p=p: llm.generate(p, params) for p in prompts]
-    llm.generate(prompts[0], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))  # warm-up
+    start = time.perf_counter()
+    warm_up = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    for size in range(1, len(prompts) + 1) if compiled else (1, 2):  # compiled: one graph per batch size
+        llm.generate(prompts[:size], warm_up)
+    if compiled:
+        print(
+            f"    (warm-up and compile of batch sizes 1-{len(prompts)}: "
+            f"{time.perf_counter() - start:.0f} s, not counted)"
+        )
     _concurrently(calls[:2])
     sequential = _one_after_another(calls)
     concurrent = _concurrently(calls)
@@ -153,8 +167,10 @@ def bench_session(path: Path, calls: int) -> list[tuple[int, int, float, float]]
     warm = LLM(path.as_posix(), device="cpu", progress=False, max_model_len=8192)
     cold = LLM(path.as_posix(), device="cpu", progress=False, max_model_len=8192, enable_prefix_caching=False)
     words = "tool world model observation action file directory result status error".split()
-    system = " ".join(words[i % len(words)] for i in range(1500))
-    conversation = [{"role": "system", "content": f"You simulate a file-system tool server. {system}"}]
+    system = "You simulate a file-system tool server."
+    while len(warm.encode(system)) < SYSTEM_PROMPT_TOKENS:
+        system += " " + " ".join(words)
+    conversation = [{"role": "system", "content": system}]
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
 
     def ttft(llm: LLM, prompt: list[int]) -> tuple[float, str, int]:
@@ -191,6 +207,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--flush-denormal", action="store_true", help="as in bench/engine_cpu.py")
     parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--compiled", action="store_true", help="(a) also with compiled CPU decode")
     parser.add_argument("--session-calls", type=int, default=12)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -205,12 +222,16 @@ def main() -> None:
         print(
             f"threads {args.threads}, flush denormals {args.flush_denormal}, load average {_load_average()}"
         )
-        seq_tps, conc_tps = bench_generate(path, token_prompts)
-        print(f"\n(a) {CALLERS} callers x {DECODE_TOKENS} tokens through LLM.generate (prefix cache off)")
-        print(
-            f"    one after another {seq_tps:7.1f} tok/s   concurrent {conc_tps:7.1f} tok/s   "
-            f"ratio {conc_tps / seq_tps:.2f}x (target >= 2.5x)"
-        )
+        for compiled in (False, True) if args.compiled else (False,):
+            label = "compiled decode (AW_COMPILE=1)" if compiled else "eager"
+            print(
+                f"\n(a) {CALLERS} callers x {DECODE_TOKENS} tokens via LLM.generate, {label}, prefix cache off"
+            )
+            seq_tps, conc_tps = bench_generate(path, token_prompts, compiled)
+            print(
+                f"    one after another {seq_tps:7.1f} tok/s   concurrent {conc_tps:7.1f} tok/s   "
+                f"ratio {conc_tps / seq_tps:.2f}x (target >= 2.5x)"
+            )
         if not args.skip_http:
             seq_tps, conc_tps = bench_http(path, text_prompts, args.threads)
             print(f"\n(b) {CALLERS} HTTP clients x {DECODE_TOKENS} tokens through aw-mcp engine serve")

@@ -10,6 +10,7 @@ past `max_tokens`, where gathered experts stop paying (see `engine/kernels/fused
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable
 from typing import TypeVar
@@ -74,7 +75,9 @@ class DecodeRegions:
         self.max_tokens = max_tokens
         self.enabled = True
         # One graph per decode batch size and function: lift dynamo's default of 8 so no size falls back to eager.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * max_tokens + 8)
+        # Dynamo's config is per thread, and the regions run on the engine's step-loop thread: set it there.
+        self.recompile_limit = 2 * max_tokens + 8
+        self._configured = threading.local()
         self.deltanet_layer = self._guarded(torch.compile(deltanet_layer_decode, dynamic=False))
         self.moe_tail = self._guarded(torch.compile(moe_tail_decode, dynamic=False))
         self.one_row_logits = self._guarded(torch.compile(one_row_logits, dynamic=False))
@@ -86,6 +89,10 @@ class DecodeRegions:
         """The first failure turns every region off with a warning: decode stays correct, only slower."""
 
         def run(*args: object) -> T:
+            if not getattr(self._configured, "done", False):
+                config = torch._dynamo.config
+                config.recompile_limit = max(config.recompile_limit, self.recompile_limit)
+                self._configured.done = True
             try:
                 return compiled(*args)
             except Exception as exc:  # noqa: BLE001 - any compile failure must leave a working (eager) engine

@@ -60,6 +60,17 @@ def test_compiled_decode_gives_eager_greedy_tokens(compiled_llm: LLM, tiny_llm: 
         assert got == expected
 
 
+def test_the_step_loop_thread_allows_a_graph_per_batch_size(compiled_llm: LLM) -> None:
+    """Dynamo's recompile limit is per thread: the regions lift it on the loop thread that runs them (left at 8,
+    batch sizes past the 8th graph silently fell back to eager)."""
+    import torch._dynamo
+
+    compiled_llm.generate([[5, 9, 13, 2]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    regions = compiled_llm.model.decode_regions
+    limit = compiled_llm.engine.call(lambda: torch._dynamo.config.recompile_limit)
+    assert limit >= regions.recompile_limit > 2 * 8
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_compiled_decode_step_matches_eager_logits_and_states(
     compiled_llm: LLM, tiny_llm: LLM, batch: int, monkeypatch: pytest.MonkeyPatch
