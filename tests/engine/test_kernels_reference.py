@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.kernels.causal_conv1d import reference as conv_ref
+from engine.kernels.fused_moe import grouped as moe_grouped
 from engine.kernels.fused_moe import reference as moe_ref
 from engine.kernels.gated_delta_rule import reference as gdr
 from engine.kernels.gated_rms_norm.reference import gated_rms_norm
@@ -154,6 +155,27 @@ def test_fused_moe_matches_dense_loop(num_tokens: int) -> None:
     torch.testing.assert_close(
         moe_ref._moe_loop_hit_experts(x, w_gate_up, w_down, weights, ids, inter), expected
     )
+    if moe_grouped.available(x, w_down):  # the CPU path for 2+ tokens (not at these unaligned widths)
+        got = moe_grouped.fused_moe(x, w_gate_up, w_down, weights, ids)
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("num_tokens", [2, 8, 70])
+def test_grouped_experts_equal_the_reference_loop_with_unused_experts(num_tokens: int) -> None:
+    gen = torch.Generator().manual_seed(100 + num_tokens)
+    experts, hidden, inter, top_k = 17, 24, 12, 4  # rows of 96 and 48 bytes
+    x = torch.randn(num_tokens, hidden, generator=gen)
+    w_gate_up = torch.randn(experts, 2 * inter, hidden, generator=gen)
+    w_down = torch.randn(experts, hidden, inter, generator=gen)
+    # Routing that leaves the first, the last and some middle experts without tokens (empty groups).
+    allowed = torch.tensor([2, 3, 5, 8, 9, 11, 14, 15])
+    ids = torch.stack(
+        [allowed[torch.randperm(len(allowed), generator=gen)[:top_k]] for _ in range(num_tokens)]
+    )
+    weights = torch.rand(num_tokens, top_k, generator=gen).softmax(-1)
+    assert moe_grouped.available(x, w_down)
+    expected = moe_ref.fused_moe(x, w_gate_up, w_down, weights, ids)
+    torch.testing.assert_close(moe_grouped.fused_moe(x, w_gate_up, w_down, weights, ids), expected)
 
 
 def test_router_topk_renormalises() -> None:

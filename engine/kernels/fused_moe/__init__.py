@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.kernels.dispatch import use_triton
-from engine.kernels.fused_moe import reference
+from engine.kernels.fused_moe import grouped, reference
 
 
 def fused_moe(
@@ -18,6 +18,8 @@ def fused_moe(
     impl = reference
     if use_triton(x, w_gate_up):
         from engine.kernels.fused_moe import triton as impl
+    elif grouped.available(x, w_down):
+        impl = grouped
     return impl.fused_moe(x, w_gate_up, w_down, topk_weights, topk_ids)
 
 
