@@ -22,17 +22,18 @@ The returned logits are a view of the graph's static output: the next call overw
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Callable, Sequence
 
 import torch
+
+from engine import settings
 
 DecodeStep = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 
 
 def graphs_enabled() -> bool:
-    return os.environ.get("AW_CUDA_GRAPHS", "1").strip().lower() not in ("0", "false", "off", "no")
+    return settings.cuda_graphs()
 
 
 class DecodeGraphRunner:

@@ -10,7 +10,6 @@ repeats call k-1's prompt) restores that state and prefills only the rest (`engi
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine import settings
 from engine.cache import Cache
 from engine.config import Config
 from engine.llm_engine import LLMEngine
@@ -109,7 +109,7 @@ class LLM:
         dtype = resolve_dtype(dtype, config, device)
         model_module = build_model(config, self.model_path, device, dtype, hf_compat_dtypes, progress)
         if compile_decode is None:
-            compile_decode = os.environ.get("AW_COMPILE", "0").strip().lower() in ("1", "true", "on", "yes")
+            compile_decode = settings.compile_decode()
         if compile_decode and device.type == "cpu":
             model_module.compile_decode()
         tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -15,10 +17,37 @@ from engine.kernels import (
     gated_delta_rule_decode,
     gated_rms_norm,
 )
-from engine.kernels.gated_delta_rule.reference import deltanet_gates
+from engine.kernels.gated_delta_rule.gates import deltanet_gates
 from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
 from engine.layers.norms import GatedRMSNorm
+
+
+class MixerWeights(NamedTuple):
+    """The layer's weights as `deltanet_decode` and prefill read them."""
+
+    in_proj: torch.Tensor  # fused [qkv | z | b | a]
+    conv_weight: torch.Tensor  # [conv_dim, width]
+    A_log: torch.Tensor
+    dt_bias: torch.Tensor
+    norm_weight: torch.Tensor
+    out_proj: torch.Tensor
+
+
+class MixerDims(NamedTuple):
+    heads_k: int
+    heads_v: int
+    dim_k: int
+    dim_v: int
+    eps: float
+
+
+class DecodeStates(NamedTuple):
+    """Views of the batch's rows (slot_ids None), or the whole per-slot caches and the slots to touch."""
+
+    conv: torch.Tensor
+    recurrent: torch.Tensor
+    slot_ids: torch.Tensor | None
 
 
 class GatedDeltaNet(nn.Module):
@@ -53,29 +82,28 @@ class GatedDeltaNet(nn.Module):
             self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
         )
 
-    def mixer_weights(self) -> tuple[torch.Tensor, ...]:
-        """The layer's weights in `deltanet_decode`'s argument order (after the input); prefill reads them too."""
+    def mixer_weights(self) -> MixerWeights:
         in_proj = require_fused(self.fused_in_proj, self)
         conv_weight = self.conv1d.weight.view(self.conv_dim, -1)
-        return in_proj, conv_weight, self.A_log, self.dt_bias, self.norm.weight, self.out_proj.weight
+        return MixerWeights(
+            in_proj, conv_weight, self.A_log, self.dt_bias, self.norm.weight, self.out_proj.weight
+        )
 
-    def mixer_dims(self) -> tuple[int, int, int, int, float]:
-        return self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim, self.norm.eps
+    def mixer_dims(self) -> MixerDims:
+        return MixerDims(self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim, self.norm.eps)
 
-    def decode_states(
-        self, batch: ForwardBatch, cache: Cache
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(conv state, recurrent state, slot ids) as `deltanet_decode` takes them: views of the batch's rows when
-        its slots are consecutive (an eager batch), else the whole per-slot caches and the slots to touch."""
+    def decode_states(self, batch: ForwardBatch, cache: Cache) -> DecodeStates:
+        """Views of the batch's rows when its slots are consecutive (an eager batch), else the whole per-slot
+        caches and the slots to touch."""
         conv_cache, state_cache = cache.conv[self.cache_index], cache.recurrent[self.cache_index]
         if batch.slot_range is not None:
-            return batch.select(conv_cache), batch.select(state_cache), None
-        return conv_cache, state_cache, batch.slots
+            return DecodeStates(batch.select(conv_cache), batch.select(state_cache), None)
+        return DecodeStates(conv_cache, state_cache, batch.slots)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: Cache) -> torch.Tensor:
         if batch.is_decode:
             return deltanet_decode(
-                x, *self.mixer_weights(), *self.decode_states(batch, cache), *self.mixer_dims()
+                x, self.mixer_weights(), self.decode_states(batch, cache), self.mixer_dims()
             )
 
         conv_cache = cache.conv[self.cache_index]
@@ -83,14 +111,13 @@ class GatedDeltaNet(nn.Module):
         conv_state = batch.select(conv_cache)
         state = batch.select(state_cache)
         tokens = x.shape[0]
-        in_proj, conv_weight, A_log, dt_bias, norm_weight, out_proj = self.mixer_weights()
-        dims = self.mixer_dims()[:4]
-        qkv, z, b, a = _split_in_proj(linear(x, in_proj), *dims)
-        beta, g = deltanet_gates(a, b, A_log, dt_bias)
+        w, dims = self.mixer_weights(), self.mixer_dims()
+        qkv, z, b, a = _split_in_proj(linear(x, w.in_proj), dims)
+        beta, g = deltanet_gates(a, b, w.A_log, w.dt_bias)
         mixed, new_conv_state = causal_conv1d(
-            qkv[None], conv_weight, conv_state=conv_state, cu_seqlens=batch.cu_seqlens
+            qkv[None], w.conv_weight, conv_state=conv_state, cu_seqlens=batch.cu_seqlens
         )
-        q, k, v = _split_heads(mixed[0], *dims)
+        q, k, v = _split_heads(mixed[0], dims)
         o, new_state = chunk_gated_delta_rule(
             q[None],
             k[None],
@@ -106,55 +133,36 @@ class GatedDeltaNet(nn.Module):
         batch.write_back(state_cache, new_state)
         z = z.reshape(tokens, self.num_v_heads, self.head_v_dim)
         o = self.norm(o[0], z).reshape(tokens, self.value_dim)
-        return linear(o, out_proj)
+        return linear(o, w.out_proj)
 
 
-def _split_in_proj(
-    projected: torch.Tensor, heads_k: int, heads_v: int, dim_k: int, dim_v: int
-) -> tuple[torch.Tensor, ...]:
+def _split_in_proj(projected: torch.Tensor, dims: MixerDims) -> tuple[torch.Tensor, ...]:
     """The fused input projection's output -> qkv (conv channels q | k | v), z, b, a."""
-    conv_dim = 2 * heads_k * dim_k + heads_v * dim_v
-    return projected.split([conv_dim, heads_v * dim_v, heads_v, heads_v], dim=-1)
+    conv_dim = 2 * dims.heads_k * dims.dim_k + dims.heads_v * dims.dim_v
+    return projected.split([conv_dim, dims.heads_v * dims.dim_v, dims.heads_v, dims.heads_v], dim=-1)
 
 
-def _split_heads(
-    mixed: torch.Tensor, heads_k: int, heads_v: int, dim_k: int, dim_v: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _split_heads(mixed: torch.Tensor, dims: MixerDims) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The conv output [T, conv_dim] -> q, k [T, H, K] and v [T, HV, V]."""
     tokens = mixed.shape[0]
-    q, k, v = mixed.split([heads_k * dim_k, heads_k * dim_k, heads_v * dim_v], dim=-1)
+    key_width = dims.heads_k * dims.dim_k
+    q, k, v = mixed.split([key_width, key_width, dims.heads_v * dims.dim_v], dim=-1)
     return (
-        q.reshape(tokens, heads_k, dim_k),
-        k.reshape(tokens, heads_k, dim_k),
-        v.reshape(tokens, heads_v, dim_v),
+        q.reshape(tokens, dims.heads_k, dims.dim_k),
+        k.reshape(tokens, dims.heads_k, dims.dim_k),
+        v.reshape(tokens, dims.heads_v, dims.dim_v),
     )
 
 
-def deltanet_decode(
-    x: torch.Tensor,
-    in_proj: torch.Tensor,
-    conv_weight: torch.Tensor,
-    A_log: torch.Tensor,
-    dt_bias: torch.Tensor,
-    norm_weight: torch.Tensor,
-    out_proj: torch.Tensor,
-    conv_state: torch.Tensor,
-    state: torch.Tensor,
-    slot_ids: torch.Tensor | None,
-    heads_k: int,
-    heads_v: int,
-    dim_k: int,
-    dim_v: int,
-    eps: float,
-) -> torch.Tensor:
-    """One token of every sequence through the layer: x [B, hidden] -> [B, hidden]. conv_state [B, conv_dim,
-    width] and the fp32 state [B, HV, K, V] are updated in place, or with `slot_ids` [B] the whole per-slot caches
-    at those rows. Tensors and numbers only (no module), so one `torch.compile` graph serves every DeltaNet layer
-    (see `engine/models/decode_regions.py`)."""
+def deltanet_decode(x: torch.Tensor, w: MixerWeights, states: DecodeStates, dims: MixerDims) -> torch.Tensor:
+    """One token of every sequence through the layer: x [B, hidden] -> [B, hidden]. The conv state [B, conv_dim,
+    width] and the fp32 recurrent state [B, HV, K, V] are updated in place, or with `states.slot_ids` [B] the
+    whole per-slot caches at those rows. Tensors, numbers and tuples of them only (no module), so one
+    `torch.compile` graph serves every DeltaNet layer (see `engine/models/decode_regions.py`)."""
     tokens = x.shape[0]
-    qkv, z, b, a = _split_in_proj(linear(x, in_proj), heads_k, heads_v, dim_k, dim_v)
-    mixed = causal_conv1d_update(qkv, conv_weight, conv_state, slot_ids)  # [B, conv_dim]
-    q, k, v = _split_heads(mixed, heads_k, heads_v, dim_k, dim_v)
-    o = gated_delta_rule_decode(q, k, v, a, b, A_log, dt_bias, state, slot_ids)
-    o = gated_rms_norm(o, z.reshape(tokens, heads_v, dim_v), norm_weight, eps)
-    return linear(o.reshape(tokens, heads_v * dim_v), out_proj)
+    qkv, z, b, a = _split_in_proj(linear(x, w.in_proj), dims)
+    mixed = causal_conv1d_update(qkv, w.conv_weight, states.conv, states.slot_ids)  # [B, conv_dim]
+    q, k, v = _split_heads(mixed, dims)
+    o = gated_delta_rule_decode(q, k, v, a, b, w.A_log, w.dt_bias, states.recurrent, states.slot_ids)
+    o = gated_rms_norm(o, z.reshape(tokens, dims.heads_v, dims.dim_v), w.norm_weight, dims.eps)
+    return linear(o.reshape(tokens, dims.heads_v * dims.dim_v), w.out_proj)

@@ -19,7 +19,7 @@ import torch
 
 from engine.kernels import rms_norm
 from engine.kernels.fused_moe.gathered import gathered_moe
-from engine.layers.gated_deltanet import deltanet_decode
+from engine.layers.gated_deltanet import DecodeStates, MixerDims, MixerWeights, deltanet_decode
 from engine.layers.moe import moe
 
 
@@ -28,15 +28,15 @@ def deltanet_layer_decode(
     residual: torch.Tensor,
     norms: tuple[torch.Tensor, torch.Tensor],
     eps: float,
-    deltanet_weights: tuple[torch.Tensor, ...],
-    deltanet_dims: tuple[int, int, int, int, float],
-    deltanet_states: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
+    deltanet_weights: MixerWeights,
+    deltanet_dims: MixerDims,
+    deltanet_states: DecodeStates,
     moe_weights: tuple[torch.Tensor, ...],
     moe_dims: tuple[int, int, int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A whole DeltaNet decoder layer for decode tokens: add + norm, mixer, add + norm, MoE (gathered experts)."""
     x, residual = rms_norm(hidden, norms[0], eps, residual=residual)
-    hidden = deltanet_decode(x, *deltanet_weights, *deltanet_states, *deltanet_dims)
+    hidden = deltanet_decode(x, deltanet_weights, deltanet_states, deltanet_dims)
     return moe_tail_decode(hidden, residual, norms[1], eps, moe_weights, moe_dims)
 
 

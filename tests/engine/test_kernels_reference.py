@@ -212,3 +212,44 @@ def test_dispatch_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AW_KERNELS", "bogus")
     with pytest.raises(ValueError):
         use_triton(x)
+
+
+def test_an_op_is_its_reference_decorated(monkeypatch: pytest.MonkeyPatch) -> None:
+    import inspect
+
+    from engine.kernels import fused_moe as moe_op
+    from engine.kernels import rms_norm as rms_op
+    from engine.kernels.rms_norm import reference as rms_reference
+
+    assert rms_op.__name__ == "rms_norm" and rms_op.reference is rms_reference.rms_norm
+    assert inspect.signature(rms_op) == inspect.signature(rms_reference.rms_norm)
+    assert rms_op.__doc__ == rms_reference.rms_norm.__doc__
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("AW_KERNELS", "torch")
+    calls = []
+    real_grouped_mm = moe_grouped._grouped_mm
+    monkeypatch.setattr(
+        moe_grouped, "_grouped_mm", lambda *a, **k: calls.append("grouped") or real_grouped_mm(*a, **k)
+    )
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 16, generator=gen)
+    w_gate_up, w_down = torch.randn(5, 16, 16, generator=gen), torch.randn(5, 16, 8, generator=gen)
+    weights, ids = router_topk(torch.randn(4, 5, generator=gen), 2)
+    moe_op(x, w_gate_up, w_down, weights, ids)
+    assert calls == ["grouped", "grouped"]  # 4 tokens, aligned widths on a CPU: two grouped GEMMs
+    moe_op(x[:1], w_gate_up, w_down, weights[:1], ids[:1])
+    assert len(calls) == 2  # one token: the reference's in-place path
+
+
+def test_settings_parse_every_switch_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import settings
+
+    monkeypatch.setenv("AW_CUDA_GRAPHS", "Off")
+    assert settings.cuda_graphs() is False
+    monkeypatch.setenv("AW_CUDA_GRAPHS", "yes")
+    assert settings.cuda_graphs() is True
+    monkeypatch.setenv("AW_COMPILE", "maybe")
+    with pytest.raises(ValueError, match="AW_COMPILE"):
+        settings.compile_decode()
+    monkeypatch.delenv("AW_COMPILE")
+    assert settings.compile_decode() is False

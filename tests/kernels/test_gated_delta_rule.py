@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from engine.kernels.gated_delta_rule import reference, triton
+from engine.kernels.gated_delta_rule.gates import deltanet_gates
 from tests.kernels.numerics import assert_close
 
 pytestmark = pytest.mark.usefixtures("poisoned_allocations")
@@ -171,7 +172,7 @@ def test_gated_decode_fuses_the_gates_and_the_slot_gather(
     cache = torch.randn(slots if with_slots else batch, heads_v, dim_k, dim_v) / dim_k
     rows = cache[slot_ids] if with_slots else cache
     # Ground truth: the gates as the model computes them, then the token loop on the gathered rows.
-    beta, g = reference.deltanet_gates(a, b, A_log, dt_bias)
+    beta, g = deltanet_gates(a, b, A_log, dt_bias)
     o_ref, state_ref = _expected(q, k, v, g[:, None], beta[:, None], rows.clone(), None, l2)
     for impl in (triton, reference):
         state = cache.clone()

@@ -1,25 +1,10 @@
 """Decode attention over the slot cache: torch reference, or the split-K Triton kernels on a GPU."""
 
-from __future__ import annotations
-
-import torch
-
 from engine.kernels.decode_attention import reference
-from engine.kernels.dispatch import use_triton
+from engine.kernels.dispatch import kernel
 
+_TRITON = "engine.kernels.decode_attention.triton"
 
-def decode_attention(
-    q: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    slot_ids: torch.Tensor,
-    positions: torch.Tensor,
-    span: int | None = None,
-) -> torch.Tensor:
-    impl = reference
-    if use_triton(q, keys):
-        from engine.kernels.decode_attention import triton as impl
-    return impl.decode_attention(q, keys, values, slot_ids, positions, span)
-
+decode_attention = kernel(_TRITON)(reference.decode_attention)
 
 __all__ = ["decode_attention"]

@@ -9,14 +9,14 @@ cache length only, never on positions, so a CUDA graph replays it for any length
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from engine import settings
+
 # The interpreter multiplies bf16 bit patterns in tl.dot (silently wrong): there the operands go in as fp32.
-_INTERPRETING = os.environ.get("TRITON_INTERPRET", "") == "1"
+_INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
 
 
 @triton.jit

@@ -1,26 +1,12 @@
-"""Routed experts (SwiGLU) for the tokens' top-k experts."""
+"""Routed experts (SwiGLU) for the tokens' top-k experts: Triton on a GPU, grouped GEMMs for 2+ tokens on a CPU,
+else the torch reference."""
 
-from __future__ import annotations
-
-import torch
-
-from engine.kernels.dispatch import use_triton
+from engine.kernels.dispatch import kernel
 from engine.kernels.fused_moe import grouped, reference
 
-
-def fused_moe(
-    x: torch.Tensor,
-    w_gate_up: torch.Tensor,
-    w_down: torch.Tensor,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-) -> torch.Tensor:
-    impl = reference
-    if use_triton(x, w_gate_up):
-        from engine.kernels.fused_moe import triton as impl
-    elif grouped.available(x, w_down):
-        impl = grouped
-    return impl.fused_moe(x, w_gate_up, w_down, topk_weights, topk_ids)
-
+fused_moe = kernel(
+    "engine.kernels.fused_moe.triton",
+    cpu_fast_path=(lambda x, w_gate_up, w_down, *_: grouped.available(x, w_down), grouped.fused_moe),
+)(reference.fused_moe)
 
 __all__ = ["fused_moe"]

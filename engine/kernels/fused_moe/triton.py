@@ -24,14 +24,14 @@ column block) that sums its K experts in registers (no [T*K, H] buffer, no separ
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from engine import settings
+
 # The interpreter multiplies bf16 bit patterns in tl.dot (silently wrong), so it gets fp32 operands instead.
-_INTERPRETING = os.environ.get("TRITON_INTERPRET", "") == "1"
+_INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
 # Up to this many (token, expert) pairs (batch 16 at top-8) decode takes the pair path. A first guess from launch
 # counts, to be settled on a GPU: bench/gpu_check.py times both paths at T=1 and T=32.
 PAIR_PATH_MAX_PAIRS = 128

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.kernels.gated_delta_rule.gates import deltanet_gates
+
 CHUNK_SIZE = 64
 
 
@@ -150,14 +152,6 @@ def _is_decode_step(q: torch.Tensor, state: torch.Tensor | None, cu_seqlens: tor
         and state.dtype == torch.float32
         and state.is_contiguous()
     )
-
-
-def deltanet_gates(
-    a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gated DeltaNet's gates from its projections: beta = sigmoid(b) in the model dtype (as the reference
-    model does), log-decay g = -exp(A_log) * softplus(a + dt_bias) in fp32."""
-    return torch.sigmoid(b), -A_log.float().exp() * F.softplus(a.float() + dt_bias)
 
 
 def gated_delta_rule_decode(

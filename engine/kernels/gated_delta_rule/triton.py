@@ -25,14 +25,14 @@ one launch covers every sequence in the batch.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from engine import settings
+
 CHUNK_SIZE = 64
-_DOT_PRECISION = os.environ.get("AW_GDN_DOT_PRECISION", "tf32")
+_DOT_PRECISION = settings.gdn_dot_precision()  # a kernel constant: fixed when the module loads
 
 
 @triton.jit
@@ -393,7 +393,7 @@ def _gated_decode_kernel(
     state_mask = k_ok[:, None] & v_ok[None, :]
     state = tl.load(state_ptr + state_off, mask=state_mask, other=0.0)
 
-    # Gates as `reference.deltanet_gates`: beta rounded to the model dtype, g in fp32 (softplus threshold 20).
+    # Gates as `gates.deltanet_gates`: beta rounded to the model dtype, g in fp32 (softplus threshold 20).
     b = tl.load(b_ptr + n * HV + hv)
     beta = tl.sigmoid(b.to(tl.float32)).to(b.dtype).to(tl.float32)
     x = tl.load(a_ptr + n * HV + hv).to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32)

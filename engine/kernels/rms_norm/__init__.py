@@ -1,20 +1,10 @@
 """Zero-centred RMSNorm, optionally fused with the residual add."""
 
-from __future__ import annotations
-
-import torch
-
-from engine.kernels.dispatch import use_triton
+from engine.kernels.dispatch import kernel
 from engine.kernels.rms_norm import reference
 
+_TRITON = "engine.kernels.rms_norm.triton"
 
-def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    impl = reference
-    if use_triton(x, weight):
-        from engine.kernels.rms_norm import triton as impl
-    return impl.rms_norm(x, weight, eps, residual=residual)
-
+rms_norm = kernel(_TRITON)(reference.rms_norm)
 
 __all__ = ["rms_norm"]
