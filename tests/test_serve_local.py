@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -58,7 +59,22 @@ async def test_local_backend_answers_a_tool_call_end_to_end(
     assert result.content[0].text
 
 
-async def test_missing_local_model_is_a_clear_is_error(small_world_path: Path) -> None:
+def test_missing_local_model_stops_serve_at_start_up(small_world_path: Path) -> None:
+    args = ["-m", "aw_mcp", "serve", "--world", str(small_world_path), "--backend", "local"]
+    proc = subprocess.run(
+        [sys.executable, *args, "--model", "/nonexistent/checkpoint"],
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "'/nonexistent/checkpoint' is neither a checkpoint folder nor a Hugging Face hub id" in proc.stderr
+
+
+async def test_missing_local_model_without_preflight_is_a_clear_is_error(small_world_path: Path) -> None:
     args = [
         "-m",
         "aw_mcp",
@@ -69,6 +85,7 @@ async def test_missing_local_model_is_a_clear_is_error(small_world_path: Path) -
         "local",
         "--model",
         "/nonexistent/checkpoint",
+        "--no-preflight",
     ]
     async with Client(StdioServerParameters(command=sys.executable, args=args, cwd=str(REPO))) as client:
         result = await client.call_tool("cancel_order", {"order_id": "ORD-1"})
