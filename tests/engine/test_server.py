@@ -204,7 +204,9 @@ def test_cli_parser() -> None:
 
 
 def test_cli_serving_switches() -> None:
-    args = build_parser().parse_args(["serve", "--no-enable-prefix-caching", "--max-num-batched-tokens", "256"])
+    args = build_parser().parse_args(
+        ["serve", "--no-enable-prefix-caching", "--max-num-batched-tokens", "256"]
+    )
     assert (args.enable_prefix_caching, args.max_num_batched_tokens) == (False, 256)
     assert build_parser().parse_args(["serve"]).enable_prefix_caching is True
 
