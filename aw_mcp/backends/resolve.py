@@ -27,6 +27,7 @@ class BackendChoice:
     replay_path: str | None = None
     device: str | None = None
     dtype: str | None = None
+    max_model_len: int | None = None
 
 
 def resolve_backend(
@@ -38,6 +39,7 @@ def resolve_backend(
     replay_path: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    max_model_len: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> BackendChoice:
     env = os.environ if env is None else env
@@ -52,7 +54,7 @@ def resolve_backend(
         )
     if chosen == "replay" and not replay_path:
         raise BackendConfigError("the replay backend needs a recorded trajectory: pass --replay PATH.jsonl")
-    return BackendChoice(chosen, model, base_url, replay_path, device, dtype)
+    return BackendChoice(chosen, model, base_url, replay_path, device, dtype, max_model_len)
 
 
 def open_backend(
@@ -86,4 +88,6 @@ def open_backend(
             "or --backend replay"
         ) from None
     require_engine("--backend local")
-    return LocalWorldModel(choice.model, device=choice.device, dtype=choice.dtype)
+    return LocalWorldModel(
+        choice.model, device=choice.device, dtype=choice.dtype, max_model_len=choice.max_model_len
+    )

@@ -47,6 +47,12 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--replay", metavar="TRAJECTORY", help="recorded trajectory answering calls (replay)")
     group.add_argument("--device", help="local engine device, e.g. cuda, cpu")
     group.add_argument("--dtype", help="local engine dtype, e.g. bfloat16, float32")
+    group.add_argument(
+        "--max-model-len",
+        type=int,
+        metavar="TOKENS",
+        help="local engine context (prompt + answer); default: the engine's (32768 on a GPU, 8192 on a CPU)",
+    )
     group.add_argument("--seed", type=int, help="override the world's seed")
     group.add_argument("--temperature", type=float, help="override the world's sampling temperature")
     group.add_argument("--max-tokens", type=int, help="override the world's max_tokens")
@@ -145,6 +151,7 @@ def setup_world(args: argparse.Namespace) -> WorldSetup:
         replay_path=args.replay,
         device=args.device,
         dtype=args.dtype,
+        max_model_len=getattr(args, "max_model_len", None),
     )
     record_path = args.record or args.resume
     writer = TrajectoryWriter(record_path) if record_path else None
