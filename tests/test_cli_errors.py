@@ -54,7 +54,9 @@ def test_port_in_use_is_one_line_before_any_serving_line() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        proc = aw("serve", "--world", "mcp_crm", "--backend", "demo", "--transport", "http", "--port", str(port))
+        proc = aw(
+            "serve", "--world", "mcp_crm", "--backend", "demo", "--transport", "http", "--port", str(port)
+        )
     line = one_line(proc.stderr)
     assert proc.returncode == 1 and "serving" not in proc.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in line and "--port" in line
@@ -63,11 +65,17 @@ def test_port_in_use_is_one_line_before_any_serving_line() -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["serve", "--world", "mcp_crm", "--transport", "carrier-pigeon"], "invalid choice: 'carrier-pigeon'"),
+        (
+            ["serve", "--world", "mcp_crm", "--transport", "carrier-pigeon"],
+            "invalid choice: 'carrier-pigeon'",
+        ),
         (["serve", "--world", "mcp_crm", "--port", "eighty"], "invalid int value: 'eighty'"),
         (["serve"], "the following arguments are required: --world"),
         (["serve", "--world", "mcp_crm", "--backend", "demo", "--preset", "flaky:probability=7"], "--preset"),
-        (["call", "--world", "mcp_crm", "get_contact", "--args", "[1]", "--backend", "demo"], "--args must be"),
+        (
+            ["call", "--world", "mcp_crm", "get_contact", "--args", "[1]", "--backend", "demo"],
+            "--args must be",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_with_exit_2(args: list[str], expected: str) -> None:
@@ -85,7 +93,9 @@ def test_missing_engine_extra_is_one_line_with_the_install_command(
     )
     assert main(["engine", "serve", "--model", "x/y"]) == 1
     line = one_line(capsys.readouterr().err)
-    assert "missing: torch" in line and "pip install 'agentworld-mcp[engine]'" in line and "--base-url" in line
+    assert (
+        "missing: torch" in line and "pip install 'agentworld-mcp[engine]'" in line and "--base-url" in line
+    )
     assert main(["call", "--world", "mcp_crm", "get_contact", "--backend", "local"]) == 1
     assert "--backend local needs the embedded engine" in one_line(capsys.readouterr().err)
 
@@ -93,7 +103,11 @@ def test_missing_engine_extra_is_one_line_with_the_install_command(
 def test_verbose_shows_the_traceback_of_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-v", "serve", "--world", "nosuch"]) == 1
     err = capsys.readouterr().err
-    assert "Traceback" in err and "UnknownWorldError" in err and err.rstrip().endswith("`aw-mcp worlds` describes them)")
+    assert (
+        "Traceback" in err
+        and "UnknownWorldError" in err
+        and err.rstrip().endswith("`aw-mcp worlds` describes them)")
+    )
 
 
 def test_an_internal_error_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -117,5 +131,7 @@ def test_an_internal_error_prints_a_traceback_from_the_console_script(tmp_path: 
         "worlds.run = boom\n"
         "sys.exit(cli.main(['worlds']))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=str(REPO), capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "KeyError: 'internal'" in proc.stderr

@@ -56,6 +56,8 @@ async def test_demo_backend_answers_with_the_matching_example() -> None:
     tool = world.tool("get_contact")
     assert tool is not None and tool.examples
     example = tool.examples[-1]
-    answer = await backend.generate([], GenerationParams(), None, CallRef("get_contact", example.arguments, 0))
+    answer = await backend.generate(
+        [], GenerationParams(), None, CallRef("get_contact", example.arguments, 0)
+    )
     assert json.loads(answer.text) == example.result
     assert pick_example(tool.examples, {"contact_id": "unknown"}) is tool.examples[0]

@@ -99,7 +99,9 @@ def test_a_gpu_too_small_is_named_with_its_memory(offline_hub: None) -> None:
     with pytest.raises(PreflightError) as caught:
         check_local("Qwen/Qwen-AgentWorld-35B-A3B", "cuda:0", cuda=small)
     assert "GPU 0 (NVIDIA Test 24GB) has 24 GiB, 22 GiB free" in str(caught.value)
-    check_local("Qwen/Qwen-AgentWorld-35B-A3B", None, cuda=FakeCuda(available=True, free=140 * GIB, total=141 * GIB))
+    check_local(
+        "Qwen/Qwen-AgentWorld-35B-A3B", None, cuda=FakeCuda(available=True, free=140 * GIB, total=141 * GIB)
+    )
 
 
 def test_a_small_checkpoint_runs_on_a_cpu_and_a_missing_folder_is_named(tmp_path: Path) -> None:

@@ -119,5 +119,7 @@ async def test_tiny_checkpoint_serves_the_flagship_crm_world(tmp_path: Path) -> 
     async with Client(StdioServerParameters(command=sys.executable, args=args, cwd=str(REPO))) as client:
         await client.call_tool("list_deals", {"owner_id": "usr_03"}, read_timeout_seconds=280)
     line = json.loads(record.read_text().splitlines()[-1])
-    assert isinstance(line["raw"], str) and line["messages_hash"]  # the engine answered (noise: a random model)
+    assert (
+        isinstance(line["raw"], str) and line["messages_hash"]
+    )  # the engine answered (noise: a random model)
     assert "too long" not in (line["error"] or "") and "context" not in (line["error"] or "")

@@ -41,4 +41,6 @@ def test_serve_on_a_tty_prints_the_hint_and_exits_130_on_sigint() -> None:
 def test_the_hint_is_one_line_with_a_working_mcp_servers_entry() -> None:
     hint = terminal_hint("faults_payments")
     assert "\n" not in hint and "Ctrl-C" in hint
-    assert '{"faults_payments": {"command": "aw-mcp", "args": ["serve", "--world", "faults_payments"]}}' in hint
+    assert (
+        '{"faults_payments": {"command": "aw-mcp", "args": ["serve", "--world", "faults_payments"]}}' in hint
+    )

@@ -44,7 +44,11 @@ class LocalWorldModel:
     name = "local"
 
     def __init__(
-        self, model: str, device: str | None = None, dtype: str | None = None, max_model_len: int | None = None
+        self,
+        model: str,
+        device: str | None = None,
+        dtype: str | None = None,
+        max_model_len: int | None = None,
     ) -> None:
         self.model = model
         self.device = device
