@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aw_mcp.backends.base import ChatMessage
 from aw_mcp.domains import DOMAINS
+from aw_mcp.errors import InputError
 from aw_mcp.judging import DIMENSIONS, normalized
 from aw_mcp.prompting import parse_answer
 
@@ -101,9 +102,9 @@ def load_samples(path: str | Path) -> list[Loaded]:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(map(str, first["loc"])) or "(line)"
-            raise ValueError(f"{path}:{number}: {where}: {first['msg']}") from None
+            raise InputError(f"{path}:{number}: {where}: {first['msg']}") from None
         if sample.domain not in DOMAINS:
-            raise ValueError(
+            raise InputError(
                 f"{path}:{number}: task: unknown domain {sample.domain!r} (expected one of {DOMAINS})"
             )
         digest = hashlib.sha256(line.strip().encode()).hexdigest()[:16]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aw_mcp.errors import UnknownWorldError
+
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -27,11 +29,15 @@ def bundled_worlds() -> list[Path]:
 
 
 def resolve_world_path(name_or_path: str) -> Path:
-    """A path as given, or the name of a bundled world (`mcp_crm` or `mcp_crm.yaml`)."""
+    """A path as given, or the name of a bundled world (`mcp_crm` or `mcp_crm.yaml`). Raises UnknownWorldError."""
     path = Path(name_or_path)
     if path.exists():
         return path
     for candidate in (worlds_dir() / name_or_path, worlds_dir() / f"{name_or_path}.yaml"):
         if candidate.exists():
             return candidate
-    return path
+    names = ", ".join(p.stem for p in bundled_worlds())
+    raise UnknownWorldError(
+        f"no world file {name_or_path!r} and no bundled world of that name; bundled worlds: {names} "
+        "(`aw-mcp worlds` describes them)"
+    )

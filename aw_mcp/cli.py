@@ -1,49 +1,81 @@
-"""`aw-mcp`: the command line. Errors a user can fix are one clear message on stderr and exit code 1 or 2."""
+"""`aw-mcp`: the command line.
+
+A mistake the user can fix (a `UserError`, a backend that cannot answer, a file that cannot be opened) is one line on
+stderr and exit code 1 (2 for bad flags), with no traceback. Anything else is a bug and keeps its traceback. `-v`
+shows the traceback for user errors too.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from aw_mcp import __version__
 from aw_mcp.backends.base import BackendError
-from aw_mcp.backends.resolve import BackendConfigError
-from aw_mcp.commands import bench, call, engine, import_world, judge, report, serve, shell, validate, worlds
-from aw_mcp.session import TrajectoryFormatError
-from aw_mcp.simulator import UnknownToolError
-from aw_mcp.world import WorldSpecError
-
-COMMANDS = (serve, validate, call, worlds, engine, import_world, shell, report, judge, bench)
-USER_ERRORS = (
-    WorldSpecError,
-    BackendConfigError,
-    BackendError,
-    TrajectoryFormatError,
-    UnknownToolError,
-    ValueError,
-    OSError,
+from aw_mcp.commands import (
+    bench,
+    call,
+    demo,
+    engine,
+    import_world,
+    judge,
+    report,
+    serve,
+    shell,
+    validate,
+    worlds,
 )
+from aw_mcp.errors import UserError
+
+COMMANDS = (serve, demo, validate, call, worlds, engine, import_world, shell, report, judge, bench)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (`aw-mcp serve: error: ...; see aw-mcp serve --help`), not the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="aw-mcp", description="MCP tools simulated by the Qwen-AgentWorld language world model."
     )
     parser.add_argument("--version", action="version", version=f"aw-mcp {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging on stderr, and tracebacks for every error"
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(subparsers)
     return parser
 
 
+def user_error_message(exc: BaseException) -> str | None:
+    """The one-line message for an error the user can act on, or None for a bug (which keeps its traceback)."""
+    if isinstance(exc, UserError | BackendError):
+        return str(exc)
+    if (
+        isinstance(exc, OSError) and exc.filename is not None
+    ):  # a path the user gave: missing, unreadable, a folder
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return None
+
+
+def exit_code(exc: BaseException) -> int:
+    return exc.exit_code if isinstance(exc, UserError) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["engine"]:  # the engine has its own parser; pass everything through untouched
-        return engine.run(argparse.Namespace(engine_args=argv[1:]))
-    args = build_parser().parse_args(argv)
+        args = argparse.Namespace(command="engine", verbose=False, engine_args=argv[1:], func=engine.run)
+    else:
+        args = build_parser().parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,  # stdout belongs to the MCP protocol
         level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -52,10 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        print(file=sys.stderr)
         return 130
-    except call.UsageError as exc:  # a ValueError too: it must come first
-        print(f"aw-mcp {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except USER_ERRORS as exc:
-        print(f"aw-mcp {args.command}: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        message = user_error_message(exc)
+        if message is None:
+            raise  # a bug: Python prints the whole traceback (exit 1)
+        if args.verbose:
+            traceback.print_exc()
+        print(f"aw-mcp {args.command}: {message}", file=sys.stderr)
+        return exit_code(exc)

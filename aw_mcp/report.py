@@ -103,6 +103,9 @@ def text_summary(summary: Summary) -> str:
         f"{summary.path}: {n} call(s) in {len(summary.sessions)} session(s), {len(summary.per_tool)} tool(s), "
         f"{summary.errors} error(s)" + (f" ({summary.errors / n:.0%})" if n else ""),
     ]
+    notices = Counter(str(c["notice"]) for c in summary.calls if c.get("notice"))
+    for notice, count in notices.items():  # answers that are not the world model's (the demo backend)
+        lines.append(f"NOTE: {count} call(s): {notice}")
     if n:
         lines.append(
             f"latency ms: p50 {percentile(lat, 0.5):.0f}, p95 {percentile(lat, 0.95):.0f}, max {max(lat):.0f}"

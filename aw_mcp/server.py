@@ -6,8 +6,10 @@ stateless 2026-07-28 revision) on stdio and streamable HTTP from the same object
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +25,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 
 from aw_mcp import __version__
 from aw_mcp.backends.base import BackendError
+from aw_mcp.errors import ServeError
 from aw_mcp.simulator import Simulator, UnknownToolError
 from aw_mcp.world import WorldSpec
 
@@ -116,8 +119,12 @@ def build_server(app: WorldApp) -> Server[Any]:
         if outcome.protocol_error is not None:
             code, message = outcome.protocol_error
             raise MCPError(code=code, message=message)
+        content = [types.TextContent(type="text", text=outcome.text)]
+        notice = outcome.record.notice if outcome.record is not None else None
+        if notice:  # answers that are not the world model's say so in every result
+            content.append(types.TextContent(type="text", text=f"[{notice}]"))
         result = types.CallToolResult(
-            content=[types.TextContent(type="text", text=outcome.text)],
+            content=content,
             structured_content=outcome.structured if not outcome.is_error else None,
             is_error=outcome.is_error,
         )
@@ -222,12 +229,40 @@ async def serve_stdio(app: WorldApp) -> None:
         await server.run(read_stream, write_stream, initialization_options(server))
 
 
-async def serve_http(app: WorldApp, host: str = "127.0.0.1", port: int = 8765) -> None:
+def listen_socket(host: str, port: int) -> socket.socket:
+    """Bind the HTTP port before saying we serve on it; a taken port is a one-line error, not a traceback."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: unknown host ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        hint = (
+            " (another server holds it: stop it or pick another --port)"
+            if exc.errno == errno.EADDRINUSE
+            else ""
+        )
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_http(
+    app: WorldApp, host: str = "127.0.0.1", port: int = 8765, sock: socket.socket | None = None
+) -> None:
     import uvicorn
 
     server = build_server(app)
     asgi = server.streamable_http_app(host=host)
+    sock = sock or listen_socket(host, port)
+    port = sock.getsockname()[1]
     config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", lifespan="on")
     print(f"aw-mcp: serving {app.world.name} on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
     async with backend_lifetime(app):
-        await uvicorn.Server(config).serve()
+        await uvicorn.Server(config).serve(sockets=[sock])

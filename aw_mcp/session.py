@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from aw_mcp.errors import UserError
 from aw_mcp.prompting import Turn, render_system_prompt
 from aw_mcp.world import WorldSpec
 
@@ -47,6 +48,8 @@ class CallRecord:
     truth: str | None = None
     # False when no world-model answer belongs in the history (an injected error, a stale answer).
     in_history: bool = True
+    # Set when the answers are not the world model's (the demo backend): what produced them instead.
+    notice: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"v": TRAJECTORY_VERSION, "type": "call", **self.__dict__}
@@ -73,7 +76,7 @@ class TrajectoryWriter:
             self._file.close()
 
 
-class TrajectoryFormatError(ValueError):
+class TrajectoryFormatError(UserError, ValueError):
     pass
 
 

@@ -21,6 +21,7 @@ import anyio
 
 from aw_mcp import faults
 from aw_mcp.backends.base import BackendError, CallRef, Generation, GenerationParams, WorldModel
+from aw_mcp.errors import UserError
 from aw_mcp.ledger import ledger_notes
 from aw_mcp.perturb import (
     CatalogFault,
@@ -59,7 +60,7 @@ _ERROR_TEXT = re.compile(
 )
 
 
-class UnknownToolError(LookupError):
+class UnknownToolError(UserError, LookupError):
     def __init__(self, name: str, known: list[str]):
         super().__init__(f"Unknown tool: {name!r}. Tools in this world: {', '.join(known)}")
         self.name = name
@@ -187,6 +188,7 @@ class Simulator:
             index=session.claim_index(),
             tool=name,
             arguments=arguments,
+            notice=getattr(self.backend, "notice", None),
         )
         started = time.perf_counter()
         try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aw_mcp.bundled import prompts_dir
+from aw_mcp.errors import UserError
 
 SYSTEM_SLOTS: tuple[str, ...] = (
     "world_name",
@@ -31,7 +32,7 @@ SLOTS_BY_KIND: dict[str, tuple[str, ...]] = {
 _SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-class TemplateError(ValueError):
+class TemplateError(UserError, ValueError):
     """A template is missing or names a slot nobody fills; the message is `path:line: what was expected`."""
 
 

@@ -15,6 +15,7 @@ import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, Domain
+from aw_mcp.errors import UserError
 from aw_mcp.perturb import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.presets import PresetRef, expand_presets, normalize_preset
 from aw_mcp.spec_model import StrictSpecModel
@@ -431,7 +432,7 @@ class SpecIssue:
         return f"{self.path}:{self.line}: {self.field}: {self.message}"
 
 
-class WorldSpecError(ValueError):
+class WorldSpecError(UserError, ValueError):
     """One or more problems in a world file; `str()` is one `file:line: field: message` line per problem."""
 
     def __init__(self, issues: list[SpecIssue]):

@@ -55,7 +55,7 @@ def resolve_model_path(model: str) -> Path:
     except Exception as exc:  # network errors come in many types (httpx, requests, hub errors)
         raise CheckpointError(
             f"cannot get {model!r}: it is not in the Hugging Face cache and the download failed ({exc}). "
-            f"Download it where the hub is reachable (`huggingface-cli download {model}`), copy the folder here "
+            f"Download it where the hub is reachable (`hf download {model}`), copy the folder here "
             f"and pass its path as the model, or set HF_HOME to a cache that holds it."
         ) from exc
 

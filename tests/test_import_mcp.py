@@ -112,7 +112,7 @@ def test_unreachable_server_is_one_clear_error(tmp_path: Path, capsys: pytest.Ca
     stderr = capsys.readouterr().err
     assert code == 1 and "could not import from MCP server" in stderr and "Traceback" not in stderr
     assert not out.exists()
-    assert main(["import", "mcp", "-o", str(out)]) == 1
+    assert main(["import", "mcp", "-o", str(out)]) == 2  # a usage error, as argparse exits
     assert "give either a server command" in capsys.readouterr().err
 
 

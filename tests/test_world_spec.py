@@ -146,7 +146,8 @@ def test_console_script_runs_validate() -> None:
         [sys.executable, "-m", "aw_mcp", "validate", *worlds], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ""  # stdout is reserved for protocol / results
+    # The verdict is the command's result: on stdout, so `aw-mcp validate ... > log` keeps it; nothing on stderr.
+    assert proc.stdout == f"{len(worlds)} world file(s) valid\n" and proc.stderr == ""
 
 
 def test_call_with_bad_json_arguments_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -43,10 +43,17 @@ def sampling_params(params: GenerationParams) -> Any:
 class LocalWorldModel:
     name = "local"
 
-    def __init__(self, model: str, device: str | None = None, dtype: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        device: str | None = None,
+        dtype: str | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
         self.model = model
         self.device = device
         self.dtype = dtype
+        self.max_model_len = max_model_len
         self._llm = None
         self._load_lock = threading.Lock()
 
@@ -57,7 +64,9 @@ class LocalWorldModel:
                 from engine.loader import CheckpointError
 
                 try:
-                    self._llm = LLM(self.model, device=self.device, dtype=self.dtype)
+                    self._llm = LLM(
+                        self.model, device=self.device, dtype=self.dtype, max_model_len=self.max_model_len
+                    )
                 except (CheckpointError, FileNotFoundError, ValueError, MemoryError, OSError) as exc:
                     raise BackendError(
                         f"cannot load the local model {self.model!r}: {exc} Other ways to run: point at a "

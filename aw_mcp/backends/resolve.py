@@ -7,13 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aw_mcp.backends.base import WorldModel
-from aw_mcp.world import ModelSettings
+from aw_mcp.engine_extra import require_engine
+from aw_mcp.errors import UserError
+from aw_mcp.world import ModelSettings, WorldSpec
 
 DEFAULT_MODEL = "Qwen/Qwen-AgentWorld-35B-A3B"
-BACKENDS = ("openai", "local", "replay")
+BACKENDS = ("openai", "local", "replay", "demo")
 
 
-class BackendConfigError(ValueError):
+class BackendConfigError(UserError, ValueError):
     """The backend cannot be set up; the message names the ways out."""
 
 
@@ -25,6 +27,7 @@ class BackendChoice:
     replay_path: str | None = None
     device: str | None = None
     dtype: str | None = None
+    max_model_len: int | None = None
 
 
 def resolve_backend(
@@ -36,6 +39,7 @@ def resolve_backend(
     replay_path: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    max_model_len: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> BackendChoice:
     env = os.environ if env is None else env
@@ -50,10 +54,20 @@ def resolve_backend(
         )
     if chosen == "replay" and not replay_path:
         raise BackendConfigError("the replay backend needs a recorded trajectory: pass --replay PATH.jsonl")
-    return BackendChoice(chosen, model, base_url, replay_path, device, dtype)
+    return BackendChoice(chosen, model, base_url, replay_path, device, dtype, max_model_len)
 
 
-def open_backend(choice: BackendChoice, settings: ModelSettings) -> WorldModel:
+def open_backend(
+    choice: BackendChoice, settings: ModelSettings, world: WorldSpec | None = None
+) -> WorldModel:
+    if choice.backend == "demo":
+        if world is None:
+            raise BackendConfigError(
+                "the demo backend answers from a world's tool examples: it needs a world"
+            )
+        from aw_mcp.backends.demo import DemoWorldModel
+
+        return DemoWorldModel(world)
     if choice.backend == "openai":
         from aw_mcp.backends.openai import OpenAIWorldModel
 
@@ -73,4 +87,7 @@ def open_backend(choice: BackendChoice, settings: ModelSettings) -> WorldModel:
             f"the local engine cannot be imported ({exc}); use --base-url with a vLLM/SGLang server, "
             "or --backend replay"
         ) from None
-    return LocalWorldModel(choice.model, device=choice.device, dtype=choice.dtype)
+    require_engine("--backend local")
+    return LocalWorldModel(
+        choice.model, device=choice.device, dtype=choice.dtype, max_model_len=choice.max_model_len
+    )

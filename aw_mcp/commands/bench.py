@@ -21,6 +21,7 @@ from aw_mcp.backends.openai import OpenAIWorldModel
 from aw_mcp.backends.resolve import open_backend, resolve_backend
 from aw_mcp.bench import Loaded, finished_keys, load_samples, model_output, read_results, table
 from aw_mcp.commands.judge import judge_one
+from aw_mcp.errors import UsageError
 from aw_mcp.judging import judge_system_prompt, judge_user_message
 from aw_mcp.templates import prompt_dir
 from aw_mcp.world import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, ModelSettings
@@ -84,7 +85,7 @@ async def _one(
 
 async def _bench(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
-        raise ValueError("--concurrency must be at least 1")
+        raise UsageError("--concurrency must be at least 1")
     samples = load_samples(args.data)
     output = Path(args.output) if args.output else Path(args.data).with_suffix(".results.jsonl")
     done = finished_keys(output)

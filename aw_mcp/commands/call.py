@@ -9,6 +9,7 @@ import sys
 import anyio
 
 from aw_mcp.commands.world_setup import add_backend_flags, add_world_flag, setup_world
+from aw_mcp.errors import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,10 +19,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--args", default="{}", help="tool arguments as a JSON object")
     add_backend_flags(parser)
     parser.set_defaults(func=run)
-
-
-class UsageError(ValueError):
-    pass
 
 
 def parse_arguments(text: str) -> dict:

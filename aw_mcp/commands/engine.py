@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from aw_mcp.engine_extra import require_engine
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -16,6 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_engine("`aw-mcp engine`")
     from engine.cli import main as engine_main
 
     return int(engine_main(list(args.engine_args)) or 0)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import anyio
 
+from aw_mcp.errors import UsageError
 from aw_mcp.importers.import_log import ImportLog
 from aw_mcp.importers.mcp_catalog import fetch_catalog, load_samples, read_tools_list, world_from_catalog
 from aw_mcp.importers.openapi import import_openapi
@@ -93,7 +94,7 @@ def run_mcp(args: argparse.Namespace) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if bool(command) == bool(args.url):
-        raise ValueError("give either a server command after `--` (stdio) or --url (streamable HTTP)")
+        raise UsageError("give either a server command after `--` (stdio) or --url (streamable HTTP)")
     check_writable(args.output, args.force)
     samples = load_samples(args.sample) if args.sample else {}
     log = ImportLog.to_stderr()

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from aw_mcp.backends.base import BackendError, WorldModel
 from aw_mcp.backends.openai import OpenAIWorldModel
 from aw_mcp.bundled import bundled_worlds, resolve_world_path
+from aw_mcp.errors import InputError, UsageError
 from aw_mcp.judging import (
     JUDGE_ATTEMPTS,
     JUDGE_PARAMS,
@@ -72,7 +73,7 @@ def load_reference(path: str) -> dict[tuple[str | None, int], str]:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(map(str, first["loc"])) or "(line)"
-            raise ValueError(f"{path}:{number}: {where}: {first['msg']}") from None
+            raise InputError(f"{path}:{number}: {where}: {first['msg']}") from None
         out[(entry.session, entry.index)] = entry.observation
     return out
 
@@ -86,7 +87,7 @@ def find_world(args: argparse.Namespace, records: list[dict[str, Any]]) -> tuple
         world = load_world(path)
         if world.name in names:
             return world, path
-    raise ValueError(
+    raise UsageError(
         f"the trajectory's world ({', '.join(map(str, names))}) is not bundled: pass --world PATH"
     )
 

@@ -23,5 +23,5 @@ def run(args: argparse.Namespace) -> int:
     if issues:
         print(f"{len(issues)} problem(s) in {bad_files} of {total} file(s)", file=sys.stderr)
         return 1
-    print(f"{total} world file(s) valid", file=sys.stderr)
+    print(f"{total} world file(s) valid")
     return 0

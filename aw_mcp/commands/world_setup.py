@@ -10,8 +10,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from aw_mcp.backends.resolve import BACKENDS, open_backend, resolve_backend
+from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resolve_backend
 from aw_mcp.bundled import resolve_world_path
+from aw_mcp.errors import UsageError
 from aw_mcp.presets import PRESET_NAMES, parse_preset
 from aw_mcp.session import SessionRegistry, TrajectoryWriter
 from aw_mcp.simulator import Simulator, params_from_settings
@@ -34,7 +35,10 @@ def add_world_flag(parser: argparse.ArgumentParser) -> None:
 def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("world model")
     group.add_argument(
-        "--backend", choices=BACKENDS, help="default: openai when a base URL is set, else local"
+        "--backend",
+        choices=BACKENDS,
+        help="default: openai when a base URL is set, else local (demo: scripted answers from the world's "
+        "examples, labelled as such; never the world model)",
     )
     group.add_argument(
         "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (AW_BASE_URL)"
@@ -43,6 +47,12 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--replay", metavar="TRAJECTORY", help="recorded trajectory answering calls (replay)")
     group.add_argument("--device", help="local engine device, e.g. cuda, cpu")
     group.add_argument("--dtype", help="local engine dtype, e.g. bfloat16, float32")
+    group.add_argument(
+        "--max-model-len",
+        type=int,
+        metavar="TOKENS",
+        help="local engine context (prompt + answer); default: the engine's (32768 on a GPU, 8192 on a CPU)",
+    )
     group.add_argument("--seed", type=int, help="override the world's seed")
     group.add_argument("--temperature", type=float, help="override the world's sampling temperature")
     group.add_argument("--max-tokens", type=int, help="override the world's max_tokens")
@@ -74,14 +84,14 @@ def preset_from_flag(flag: str) -> object:
     for pair in filter(None, (p.strip() for p in rest.split(","))):
         key, sep, value = pair.partition("=")
         if not sep:
-            raise ValueError(f"--preset {flag}: expected KEY=VALUE, got {pair!r}")
+            raise UsageError(f"--preset {flag}: expected KEY=VALUE, got {pair!r}")
         data[key.strip()] = yaml.safe_load(value)
     try:
         return parse_preset(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "name"
-        raise ValueError(f"--preset {flag}: {where}: {first['msg']}") from None
+        raise UsageError(f"--preset {flag}: {where}: {first['msg']}") from None
 
 
 @dataclass
@@ -90,6 +100,7 @@ class WorldSetup:
     spec_text: str
     simulator: Simulator
     prompts: PromptDir
+    backend: BackendChoice
 
 
 def apply_overrides(world: WorldSpec, args: argparse.Namespace) -> WorldSpec:
@@ -140,12 +151,13 @@ def setup_world(args: argparse.Namespace) -> WorldSetup:
         replay_path=args.replay,
         device=args.device,
         dtype=args.dtype,
+        max_model_len=getattr(args, "max_model_len", None),
     )
     record_path = args.record or args.resume
     writer = TrajectoryWriter(record_path) if record_path else None
     registry = SessionRegistry(world, writer, template)
     if args.resume and Path(args.resume).exists():
         registry.resume(args.resume)
-    backend = open_backend(choice, world.model)
+    backend = open_backend(choice, world.model, world)
     simulator = Simulator(world, backend, registry, params_from_settings(world.model))
-    return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts)
+    return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts, choice)

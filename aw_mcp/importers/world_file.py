@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 from pydantic import ValidationError
 
+from aw_mcp.errors import UserError
 from aw_mcp.importers.import_log import ImportLog
 from aw_mcp.world import ToolSpec, WorldSpecError, dangling_ref, load_world_text
 
@@ -34,7 +35,7 @@ TOOL_KEY_ORDER = (
 _ROOT_ONLY = ("$schema", "$id", "$defs", "definitions")
 
 
-class ImportFailure(ValueError):
+class ImportFailure(UserError, ValueError):
     """The source cannot be imported at all (not an OpenAPI document, unreadable, ...): one clear message."""
 
 

@@ -90,7 +90,7 @@ def test_bad_model_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         resolve_model_path(str(tmp_path / "nope" / "deeper"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    with pytest.raises(CheckpointError, match="huggingface-cli download"):
+    with pytest.raises(CheckpointError, match="hf download"):
         resolve_model_path("nobody-here/no-such-model")
 
 

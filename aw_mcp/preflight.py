@@ -1,0 +1,193 @@
+"""Before serving: can the chosen backend answer at all? A server that cannot is an error at start-up, in seconds,
+with the ways out, instead of a failure at the agent's first call.
+
+- `openai`: the server at `--base-url` must answer `GET {base_url}/models` (vLLM, SGLang and `aw-mcp engine serve`
+  all do); an unreachable server or a refused API key is an error. A model list without `--model` is a warning.
+- `local`: the engine extra must be installed, and the model must fit: a CUDA GPU with enough memory for its weights
+  (estimated from the checkpoint's files before anything is downloaded), or a small checkpoint that runs on a CPU.
+- `replay`: the recording is read when the backend opens, so there is nothing left to check.
+
+`aw-mcp serve --no-preflight` skips all of it (for a model server that starts after this one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from aw_mcp.backends.resolve import DEFAULT_MODEL, BackendChoice
+from aw_mcp.engine_extra import require_engine
+from aw_mcp.errors import ServeError
+
+log = logging.getLogger(__name__)
+
+PREFLIGHT_TIMEOUT_S = 5.0
+GIB = 1024**3
+# What the default model's weights take in bf16 (35B parameters; vision and MTP tensors are not loaded), for when
+# neither the hub cache nor the hub can tell us.
+DEFAULT_MODEL_WEIGHT_BYTES = 35 * 10**9 * 2
+# Checkpoints at most this large may run on a CPU (test and demo checkpoints); larger ones need a GPU.
+CPU_MODEL_LIMIT_BYTES = 2 * GIB
+# Beyond the weights: the state cache of the concurrent sequences, activations and the CUDA context.
+CACHE_HEADROOM_FRACTION = 0.15
+MIN_HEADROOM_BYTES = 4 * GIB
+
+VLLM_COMMAND = "vllm serve {model} --language-model-only --reasoning-parser qwen3 --port 8000"
+SGLANG_COMMAND = "python -m sglang.launch_server --model-path {model} --reasoning-parser qwen3 --port 8000"
+
+
+class PreflightError(ServeError):
+    """The backend cannot answer; the message names what failed and the ways out."""
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.0f} GiB" if n >= 10 * GIB else f"{n / GIB:.1f} GiB"
+
+
+def server_ways_out(model: str) -> str:
+    return (
+        f"Start the model server first (`{VLLM_COMMAND.format(model=model)}`, or SGLang: "
+        f"`{SGLANG_COMMAND.format(model=model)}`) and pass its URL, e.g. --base-url http://127.0.0.1:8000/v1; or run "
+        "the model in this process on the embedded engine (drop --base-url; needs a GPU). --no-preflight skips this "
+        "check for a server that starts later."
+    )
+
+
+def check_openai(
+    base_url: str, model: str, api_key: str | None = None, timeout_s: float = PREFLIGHT_TIMEOUT_S
+) -> None:
+    url = f"{base_url.rstrip('/')}/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise PreflightError(
+            f"cannot reach the model server at {base_url} ({type(exc).__name__}: {reason}). {server_ways_out(model)}"
+        ) from None
+    if response.status_code in (401, 403):
+        raise PreflightError(
+            f"the model server at {base_url} refused the request (HTTP {response.status_code}): set AW_API_KEY to "
+            "the key it expects"
+        )
+    if response.status_code != 200:
+        log.debug("preflight: %s answered %s; the server is up", url, response.status_code)
+        return
+    served = served_models(response)
+    if served and model not in served:
+        log.warning(
+            "the model server at %s serves %s, not %r: pass --model %s (calls naming another model will fail)",
+            base_url,
+            ", ".join(served),
+            model,
+            served[0],
+        )
+
+
+def served_models(response: httpx.Response) -> list[str]:
+    try:
+        data = response.json().get("data")
+    except (ValueError, AttributeError):
+        return []
+    if not isinstance(data, list):
+        return []
+    return [str(entry["id"]) for entry in data if isinstance(entry, dict) and "id" in entry]
+
+
+def safetensors_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+
+
+def weight_bytes(model: str) -> int | None:
+    """The checkpoint's weight size: a local folder's files, the hub cache, the hub's metadata, or the default
+    model's known size. None when nothing says."""
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return safetensors_bytes(local) or None
+    if model.count("/") != 1 or model.startswith((".", "/", "~")):
+        return None  # not a hub id either; the engine reports it when it loads
+    try:
+        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+
+        try:
+            cached = Path(snapshot_download(model, allow_patterns=["*.safetensors"], local_files_only=True))
+            size = safetensors_bytes(cached)
+            if size:
+                return size
+        except LocalEntryNotFoundError:
+            pass
+        if not os.environ.get("HF_HUB_OFFLINE"):
+            info = HfApi().model_info(model, files_metadata=True, timeout=PREFLIGHT_TIMEOUT_S)
+            sizes = [s.size or 0 for s in info.siblings or [] if s.rfilename.endswith(".safetensors")]
+            if sum(sizes):
+                return sum(sizes)
+    except Exception as exc:  # noqa: BLE001 -- the hub is optional here: fall back to what we know
+        log.debug("preflight: no weight size for %s from the hub: %s", model, exc)
+    return DEFAULT_MODEL_WEIGHT_BYTES if model == DEFAULT_MODEL else None
+
+
+def needed_bytes(weights: int) -> int:
+    return weights + max(MIN_HEADROOM_BYTES, int(weights * CACHE_HEADROOM_FRACTION))
+
+
+def requirement(model: str, weights: int | None) -> str:
+    if weights is None:
+        return f"{model!r} needs a CUDA GPU (its size is unknown here)"
+    return (
+        f"{model!r} needs a CUDA GPU with about {gib(needed_bytes(weights))} of memory "
+        f"({gib(weights)} of weights + cache)"
+    )
+
+
+def local_ways_out(model: str) -> str:
+    return (
+        "Ways out: run on a machine with such a GPU; point at a vLLM/SGLang server that runs the model "
+        f"(`{VLLM_COMMAND.format(model=model)}`, then --base-url http://127.0.0.1:8000/v1); or see the whole "
+        "product without a model: `aw-mcp demo`."
+    )
+
+
+def check_local(model: str, device: str | None, cuda: Any = None) -> None:
+    """`cuda`: torch.cuda or a stand-in with `is_available()`, `mem_get_info(index)`, `get_device_name(index)`."""
+    require_engine("--backend local")
+    local = Path(model).expanduser()
+    if not local.is_dir() and (local.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1):
+        raise PreflightError(
+            f"--model {model!r} is neither a checkpoint folder nor a Hugging Face hub id like {DEFAULT_MODEL!r}"
+        )
+    if device is not None and device.startswith("cpu"):
+        return  # asked for explicitly: the engine runs anything there, slowly
+    weights = weight_bytes(model)
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    if not cuda.is_available():
+        if weights is not None and weights <= CPU_MODEL_LIMIT_BYTES:
+            return  # a small checkpoint: the engine runs it on the CPU
+        raise PreflightError(
+            f"the local engine found no CUDA GPU: {requirement(model, weights)}. --device cpu runs only small test "
+            f"checkpoints at a useful speed. {local_ways_out(model)}"
+        )
+    if weights is None:
+        return
+    index = int(device.split(":", 1)[1]) if device and ":" in device else 0
+    free, total = cuda.mem_get_info(index)
+    if needed_bytes(weights) > free:
+        name = cuda.get_device_name(index)
+        have = f"GPU {index} ({name}) has {gib(total)}" + (f", {gib(free)} free" if free < total else "")
+        raise PreflightError(f"{requirement(model, weights)}; {have}. {local_ways_out(model)}")
+
+
+def preflight(choice: BackendChoice) -> None:
+    """Raise PreflightError when the backend cannot answer calls."""
+    if choice.backend == "openai":
+        assert choice.base_url is not None
+        check_openai(choice.base_url, choice.model, os.environ.get("AW_API_KEY") or None)
+    elif choice.backend == "local":
+        check_local(choice.model, choice.device)
