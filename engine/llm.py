@@ -224,8 +224,9 @@ class LLM:
 
     # -- setup ------------------------------------------------------------------------------------------------
     def _allocate_cache(self, max_model_len: int | None, max_num_seqs: int, memory_gb: float | None) -> Cache:
-        default_len = 32768 if self.device.type == "cuda" else 8192
-        max_len = max_model_len or min(self.config.max_position_embeddings, default_len)
+        # 32k: the bundled worlds' prompts (the CRM world's is ~20k tokens) plus a long answer; the slot count
+        # shrinks to the memory budget when the model is large.
+        max_len = max_model_len or min(self.config.max_position_embeddings, 32768)
         if memory_gb is not None:
             budget = int(memory_gb * 2**30)
         elif self.device.type == "cuda":
