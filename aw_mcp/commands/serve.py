@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import anyio
 
 from aw_mcp.commands.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
+from aw_mcp.http_guard import HttpOptions, check_exposure
 from aw_mcp.server import WorldApp, serve_http, serve_stdio
+from aw_mcp.session import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,14 +21,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    http = parser.add_argument_group("HTTP safety and limits")
+    http.add_argument(
+        "--auth-token",
+        metavar="TOKEN",
+        help="HTTP clients must send `Authorization: Bearer TOKEN` (AW_AUTH_TOKEN); required off loopback",
+    )
+    http.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve on a non-loopback --host without a token (anyone who can reach the port can use the world)",
+    )
+    http.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="a Host (and Origin) clients may use besides loopback, e.g. the machine's address; repeatable",
+    )
+    http.add_argument(
+        "--session-ttl",
+        type=float,
+        default=DEFAULT_SESSION_TTL_S,
+        metavar="SECONDS",
+        help=f"free a world session idle this long (default {DEFAULT_SESSION_TTL_S:.0f})",
+    )
+    http.add_argument(
+        "--max-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        help=f"live world sessions at most; the least recently used idle one makes room (default {DEFAULT_MAX_SESSIONS})",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    options = HttpOptions(
+        host=args.host,
+        port=args.port,
+        auth_token=args.auth_token or os.environ.get("AW_AUTH_TOKEN") or None,
+        allow_unauthenticated=args.allow_unauthenticated,
+        allowed_hosts=args.allowed_host,
+    )
+    if args.transport == "http":
+        check_exposure(options)  # refuse before loading anything
     setup = setup_world(args)
+    registry = setup.simulator.registry
+    registry.idle_ttl_s = args.session_ttl if args.session_ttl > 0 else None
+    registry.max_sessions = max(1, args.max_sessions)
     app = WorldApp(setup.simulator, setup.spec_text)
     if args.transport == "http":
-        anyio.run(serve_http, app, args.host, args.port)
+        anyio.run(serve_http, app, options)
     else:
         anyio.run(serve_stdio, app)
     return 0
