@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aw_mcp.backends.base import WorldModel
 from aw_mcp.world import ModelSettings
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "Qwen/Qwen-AgentWorld-35B-A3B"
 BACKENDS = ("openai", "local", "replay")
@@ -25,6 +28,9 @@ class BackendChoice:
     replay_path: str | None = None
     device: str | None = None
     dtype: str | None = None
+    # The base URL came from the world file, not the command line or AW_BASE_URL: it gets AW_API_KEY only when
+    # the operator trusts the world (--trust-world-backend).
+    base_url_from_world: bool = False
 
 
 def resolve_backend(
@@ -39,6 +45,7 @@ def resolve_backend(
     env: Mapping[str, str] | None = None,
 ) -> BackendChoice:
     env = os.environ if env is None else env
+    from_world = not (base_url or env.get("AW_BASE_URL")) and settings.base_url is not None
     base_url = base_url or env.get("AW_BASE_URL") or settings.base_url
     chosen = backend or env.get("AW_BACKEND") or settings.backend or ("openai" if base_url else "local")
     if chosen not in BACKENDS:
@@ -50,16 +57,29 @@ def resolve_backend(
         )
     if chosen == "replay" and not replay_path:
         raise BackendConfigError("the replay backend needs a recorded trajectory: pass --replay PATH.jsonl")
-    return BackendChoice(chosen, model, base_url, replay_path, device, dtype)
+    return BackendChoice(chosen, model, base_url, replay_path, device, dtype, base_url_from_world=from_world)
 
 
-def open_backend(choice: BackendChoice, settings: ModelSettings) -> WorldModel:
+def open_backend(
+    choice: BackendChoice, settings: ModelSettings, trust_world_backend: bool = False
+) -> WorldModel:
     if choice.backend == "openai":
-        from aw_mcp.backends.openai import OpenAIWorldModel
+        from aw_mcp.backends.openai import OpenAIWorldModel, redact_url
 
         assert choice.base_url is not None
+        send_key = trust_world_backend or not choice.base_url_from_world
+        if not send_key and os.environ.get("AW_API_KEY"):
+            log.warning(
+                "AW_API_KEY is not sent to %s: that URL comes from the world file; pass --base-url, set AW_BASE_URL, "
+                "or --trust-world-backend",
+                redact_url(choice.base_url),
+            )
         return OpenAIWorldModel(
-            choice.base_url, choice.model, timeout_s=settings.timeout_s, retries=settings.retries
+            choice.base_url,
+            choice.model,
+            timeout_s=settings.timeout_s,
+            retries=settings.retries,
+            send_api_key=send_key,
         )
     if choice.backend == "replay":
         from aw_mcp.backends.replay import ReplayWorldModel
