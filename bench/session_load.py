@@ -70,7 +70,9 @@ async def run(url: str, sessions: int, calls: int) -> tuple[int, list[str], floa
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args()
