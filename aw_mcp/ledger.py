@@ -11,11 +11,13 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aw_mcp.context_budget import clip_value
 from aw_mcp.prompting import parse_json_observation
 from aw_mcp.session import CallRecord
 from aw_mcp.world import ToolSpec
 
 MAX_ENTRIES = 20
+LEDGER_STRING_CHARS = 200  # an argument string as the ledger quotes it
 _KEY_FIELDS = ("status", "state")
 
 
@@ -80,7 +82,9 @@ def ledger_notes(
         )
         if read_only:
             continue
-        arguments = json.dumps(record.arguments, ensure_ascii=False, sort_keys=True)
+        arguments = json.dumps(
+            clip_value(record.arguments, LEDGER_STRING_CHARS), ensure_ascii=False, sort_keys=True
+        )
         entries.append(f"Call #{number} {record.tool} {arguments} established: {_established(record)}")
     if not entries:
         return []

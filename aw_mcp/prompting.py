@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -308,19 +309,25 @@ def parse_answer(text: str, reasoning: str = "") -> ParsedAnswer:
     return ParsedAnswer(observation=strip_code_fence(body), thinking=thinking)
 
 
+_JSON_START = re.compile(r"[{\[]")
+MAX_JSON_STARTS = 32
+
+
 def parse_json_observation(observation: str) -> Any:
     """The observation as JSON; tolerates fences and prose around one JSON object. Raises ValueError."""
     text = strip_code_fence(observation)
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         pass
+    # Prose around the JSON: try decoding from the first few `{` / `[` only, without copying the text, so a long
+    # non-JSON answer costs a bounded number of scans instead of one per bracket (quadratic).
     decoder = json.JSONDecoder()
-    for start, char in enumerate(text):
-        if char in "{[":
-            try:
-                value, _ = decoder.raw_decode(text[start:])
-                return value
-            except json.JSONDecodeError:
-                continue
+    starts = (m.start() for m in _JSON_START.finditer(text))
+    for start in itertools.islice(starts, MAX_JSON_STARTS):
+        try:
+            value, _ = decoder.raw_decode(text, start)
+            return value
+        except (json.JSONDecodeError, RecursionError):
+            continue
     raise ValueError("the observation is not JSON")

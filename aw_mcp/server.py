@@ -26,7 +26,10 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from aw_mcp import __version__
 from aw_mcp.backends.base import BackendError
 from aw_mcp.errors import ServeError
+from aw_mcp.http_guard import BearerAuth, HttpOptions, ReleaseOnDelete, check_exposure, transport_security
+from aw_mcp.session import SessionKeyError, WorldSession
 from aw_mcp.simulator import Simulator, UnknownToolError
+from aw_mcp.stdio_guard import answer_malformed_lines
 from aw_mcp.world import WorldSpec
 
 log = logging.getLogger("aw_mcp.server")
@@ -62,9 +65,17 @@ def session_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return str(value) if value else None
 
 
+def world_session(app: WorldApp, key: str | None) -> WorldSession:
+    """The caller's world session; a refused key (too long, no room) is an invalid-params error, not a crash."""
+    try:
+        return app.simulator.registry.get(key)
+    except SessionKeyError as exc:
+        raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+
+
 def faults_document(app: WorldApp, session_key_: str | None) -> dict[str, Any]:
     """Every perturbation that fired in this session, call by call (the `world://faults` resource)."""
-    session = app.simulator.registry.get(session_key_)
+    session = world_session(app, session_key_)
     fired = [
         {"index": r.index, "tool": r.tool, "arguments": r.arguments, "time": r.time, **fault}
         for r in sorted(session.records, key=lambda r: r.index)
@@ -77,6 +88,25 @@ def faults_document(app: WorldApp, session_key_: str | None) -> dict[str, Any]:
         "perturbations": [p.name for p in app.simulator.perturbations],
         "faults": fired,
     }
+
+
+class WorldServer(Server[Any]):
+    """A world's tool list can change (catalog faults), on every transport: advertise `tools.listChanged` in
+    every handshake, including the HTTP transport's, which asks for the capabilities without options."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        options = notification_options or NotificationOptions()
+        options.tools_changed = True
+        return super().get_capabilities(
+            options, experimental_capabilities, extensions, protocol_version=protocol_version
+        )
 
 
 def build_server(app: WorldApp) -> Server[Any]:
@@ -112,7 +142,7 @@ def build_server(app: WorldApp) -> Server[Any]:
 
         try:
             outcome = await app.simulator.call(params.name, params.arguments, session_key(ctx), report)
-        except UnknownToolError as exc:
+        except (UnknownToolError, SessionKeyError) as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         if outcome.catalog_changed:
             await announce_tool_list_change(ctx)
@@ -167,7 +197,7 @@ def build_server(app: WorldApp) -> Server[Any]:
         if params.uri == SPEC_URI:
             text, mime = app.spec_text, "application/yaml"
         elif params.uri == TRAJECTORY_URI:
-            session = app.simulator.registry.get(session_key(ctx))
+            session = world_session(app, session_key(ctx))
             text = "".join(
                 json.dumps(r.to_json(), ensure_ascii=False, default=str) + "\n" for r in session.records
             )
@@ -181,7 +211,7 @@ def build_server(app: WorldApp) -> Server[Any]:
             contents=[types.TextResourceContents(uri=params.uri, mime_type=mime, text=text)]
         )
 
-    return Server(
+    return WorldServer(
         f"aw-mcp:{world.name}",
         version=__version__,
         title=f"AgentWorld: {world.name}",
@@ -226,7 +256,8 @@ async def serve_stdio(app: WorldApp) -> None:
 
     server = build_server(app)
     async with backend_lifetime(app), stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, initialization_options(server))
+        async with answer_malformed_lines(read_stream, write_stream) as checked:
+            await server.run(checked, write_stream, initialization_options(server))
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -253,16 +284,38 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def build_http_app(app: WorldApp, options: HttpOptions) -> Any:
+    """The ASGI app: the SDK's streamable HTTP endpoint with Host/Origin checks on every bind address, world
+    sessions freed on DELETE, and the bearer token checked first when one is set."""
+    server = build_server(app)
+    asgi: Any = server.streamable_http_app(host=options.host, transport_security=transport_security(options))
+    registry = app.simulator.registry
+    asgi = ReleaseOnDelete(asgi, lambda sid: registry.drop(f"http-{sid}"))
+    if options.auth_token:
+        asgi = BearerAuth(asgi, options.auth_token)
+    return asgi
+
+
 async def serve_http(
-    app: WorldApp, host: str = "127.0.0.1", port: int = 8765, sock: socket.socket | None = None
+    app: WorldApp, options: HttpOptions | None = None, sock: socket.socket | None = None
 ) -> None:
+    """Raises HttpExposureError before binding when the options would expose the world unprotected; binds the port
+    (or takes `sock`, bound by the caller) before saying it serves there."""
     import uvicorn
 
-    server = build_server(app)
-    asgi = server.streamable_http_app(host=host)
-    sock = sock or listen_socket(host, port)
+    options = options or HttpOptions()
+    warning = check_exposure(options)
+    if warning:
+        print(f"aw-mcp: {warning}", file=sys.stderr, flush=True)
+    asgi = build_http_app(app, options)
+    sock = sock or listen_socket(options.host, options.port)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", lifespan="on")
-    print(f"aw-mcp: serving {app.world.name} on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+    config = uvicorn.Config(asgi, host=options.host, port=port, log_level="warning", lifespan="on")
+    auth = " (bearer token required)" if options.auth_token else ""
+    print(
+        f"aw-mcp: serving {app.world.name} on http://{options.host}:{port}/mcp{auth}",
+        file=sys.stderr,
+        flush=True,
+    )
     async with backend_lifetime(app):
         await uvicorn.Server(config).serve(sockets=[sock])

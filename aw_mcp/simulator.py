@@ -11,6 +11,7 @@ spec order → catalog changes, which take effect after the call.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -18,9 +19,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from aw_mcp import faults
 from aw_mcp.backends.base import BackendError, CallRef, Generation, GenerationParams, WorldModel
+from aw_mcp.context_budget import (
+    DEFAULT_CONTEXT_TOKENS,
+    compaction_note,
+    estimate_tokens,
+    is_context_overflow,
+    prompt_budget,
+)
 from aw_mcp.errors import UserError
 from aw_mcp.ledger import ledger_notes
 from aw_mcp.perturb import (
@@ -47,7 +56,7 @@ from aw_mcp.prompting import (
     parse_json_observation,
     render_result,
 )
-from aw_mcp.session import CallRecord, SessionRegistry, WorldSession
+from aw_mcp.session import CallRecord, RecordingError, SessionRegistry, WorldSession
 from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec
 
 Reporter = Callable[[float, str], Awaitable[None]]
@@ -146,7 +155,7 @@ class Simulator:
     ):
         self.world = world
         self.backend = backend
-        self.registry = registry or SessionRegistry(world)
+        self.registry = registry if registry is not None else SessionRegistry(world)
         self.params = params or params_from_settings(world.model)
         self.output_retries = world.model.output_retries if output_retries is None else output_retries
         self.perturbations = world.all_perturbations()
@@ -182,6 +191,19 @@ class Simulator:
         tool = self.tool(name)
         arguments = dict(arguments or {})
         session = self.registry.get(session_key)
+        session.busy += 1
+        try:
+            return await self._call(tool, arguments, session, report)
+        finally:
+            session.busy -= 1
+            session.last_used = self.registry.clock()
+
+    async def _call(
+        self, tool: ToolSpec, arguments: dict[str, Any], session: WorldSession, report: Reporter | None
+    ) -> CallOutcome:
+        """One call, committed once: the record is written ahead and only then enters the session's history; a
+        call the client gave up on is recorded as cancelled, whatever answer arrived after."""
+        name = tool.name
         record = CallRecord(
             world=self.world.name,
             session=session.id,
@@ -193,10 +215,13 @@ class Simulator:
         started = time.perf_counter()
         try:
             outcome = await self._run(tool, arguments, session, record, monotonic(report))
+            await anyio.lowlevel.checkpoint_if_cancelled()  # the client gave up while the answer arrived
         except anyio.get_cancelled_exc_class():
             record.error = "cancelled by the client"
+            record.in_history = False
             record.latency_ms = (time.perf_counter() - started) * 1000
-            self.registry.record(session, record)
+            with contextlib.suppress(RecordingError):
+                await self.registry.commit(session, record)
             raise
         except Exception as exc:  # a bug must cost one call, never the server
             outcome = CallOutcome(f"Internal simulator error while calling {name}: {exc}", is_error=True)
@@ -207,7 +232,14 @@ class Simulator:
             record.observation = outcome.text
         outcome.record = record
         outcome.catalog_changed = any(f["kind"] == "catalog" and f["applied"] for f in record.faults)
-        self.registry.record(session, record)
+        try:
+            await self.registry.commit(session, record)
+        except RecordingError as exc:  # the world did not take this call in: neither may the agent
+            return CallOutcome(
+                f"The call to {name} could not be recorded, so it did not happen: {exc}",
+                is_error=True,
+                record=record,
+            )
         return outcome
 
     async def _run(
@@ -415,11 +447,60 @@ class Simulator:
         report: Reporter | None,
         notes: list[str],
     ) -> CallOutcome:
-        messages = build_messages(
-            self.world, session.system_prompt, session.history, tool.name, arguments, notes=notes
-        )
+        messages = self._fit(session, tool, arguments, notes, record)
+        if messages is None:
+            record.error = "prompt does not fit the context"
+            return CallOutcome(
+                f"This call to {tool.name} cannot be simulated: its prompt alone needs more than the world "
+                f"model's context of {self.context_tokens:,} tokens (less {self.params.max_tokens:,} reserved for "
+                "the answer). Send smaller arguments.",
+                is_error=True,
+            )
         record.messages_hash = messages_hash(messages)
-        return await self._generate_observation(tool, arguments, messages, record, report)
+        outcome = await self._generate_observation(tool, arguments, messages, record, report)
+        if record.error is not None and is_context_overflow(record.error):
+            # The server counted more tokens than the estimate: show it half the remaining turns next time.
+            shown = len(session.history) - session.compacted
+            session.compacted += max(1, (shown + 1) // 2) if shown else 0
+        return outcome
+
+    @property
+    def context_tokens(self) -> int:
+        configured = self.world.model.context_tokens or getattr(self.backend, "context_tokens", None)
+        return int(configured or DEFAULT_CONTEXT_TOKENS)
+
+    def _fit(
+        self,
+        session: WorldSession,
+        tool: ToolSpec,
+        arguments: dict[str, Any],
+        notes: list[str],
+        record: CallRecord,
+    ) -> list[dict[str, str]] | None:
+        """The prompt with as much recent history as fits the budget (the oldest turns go first), or None when
+        not even the prompt without history fits. Compaction only grows, so later prompts share a prefix."""
+        budget = prompt_budget(self.context_tokens, self.params.max_tokens)
+        start = min(session.compacted, len(session.history))
+        while True:
+            shown_notes = [compaction_note(start), *notes] if start else notes
+            messages = build_messages(
+                self.world,
+                session.system_prompt,
+                session.history[start:],
+                tool.name,
+                arguments,
+                notes=shown_notes,
+            )
+            if estimate_tokens(messages) <= budget:
+                break
+            if start >= len(session.history):
+                return None
+            # Drop at least a quarter of what is shown, so a long session compacts in a few steps, not thousands.
+            start += max(1, (len(session.history) - start) // 4)
+        if start > session.compacted:
+            session.compacted = start
+        record.compacted = start
+        return messages
 
     async def _generate_observation(
         self,

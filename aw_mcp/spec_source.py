@@ -1,4 +1,9 @@
-"""Reading YAML while remembering where every value came from, so spec errors can say `file:line`."""
+"""Reading YAML while remembering where every value came from, so spec errors can say `file:line`.
+
+World files come from other people, so the loader is bounded: a duplicate key, nesting deeper than MAX_DEPTH,
+a document whose aliases expand past MAX_EXPANDED_NODES (a "billion laughs"), a recursive alias or a `!!binary`
+value is a `file:line` error rather than a silent surprise, a hang or a traceback.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ import yaml
 
 Location = tuple[int, int]  # 1-based line, 1-based column
 PathKey = tuple[str | int, ...]
+
+MAX_DEPTH = 64  # nested mappings/sequences; the bundled worlds use at most 13
+MAX_EXPANDED_NODES = 200_000  # nodes after expanding every alias; the bundled worlds have under 1,500
 
 
 @dataclass
@@ -30,47 +38,181 @@ class SpecSource:
 
 
 class SpecSyntaxError(ValueError):
-    """The file is not YAML at all (or not readable)."""
+    """The file is not YAML at all (or not readable), or it breaks one of the loader's bounds."""
 
     def __init__(self, path: str, line: int, message: str):
         super().__init__(f"{path}:{line}: {message}")
         self.path, self.line, self.message = path, line, message
 
 
-def _walk(node: yaml.Node, here: PathKey, out: dict[PathKey, Location]) -> None:
-    out.setdefault(here, (node.start_mark.line + 1, node.start_mark.column + 1))
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
-            child = (*here, key)
-            # Point at the key: that is the line a user looks for.
-            out[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            _walk(value_node, child, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _walk(item, (*here, index), out)
+class _Bound(yaml.MarkedYAMLError):
+    """A bound of the loader was passed at `problem_mark`."""
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys, deep nesting and `!!binary`, counting depth while composing."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _Bound(problem=f"nesting deeper than {MAX_DEPTH} levels", problem_mark=mark)
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise _Bound(
+                    problem="a mapping key must be a plain value, not a list or mapping",
+                    problem_mark=key_node.start_mark,
+                ) from None
+            if key in seen:
+                first = seen[key].start_mark.line + 1
+                raise _Bound(
+                    problem=f"duplicate key {key!r} (first defined on line {first}); a later key would silently "
+                    "replace the earlier one",
+                    problem_mark=key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
+
+    def construct_yaml_binary(self, node: yaml.Node) -> Any:
+        raise _Bound(
+            problem="`!!binary` values are not supported in world files (use plain text)",
+            problem_mark=node.start_mark,
+        )
+
+    def construct_yaml_timestamp(self, node: yaml.Node) -> Any:
+        try:
+            return super().construct_yaml_timestamp(node)  # type: ignore[arg-type]
+        except (ValueError, OverflowError) as exc:  # 2026-13-45: looks like a date, is not one
+            raise _Bound(
+                problem=f"{node.value!r} is not a valid date or time ({exc})", problem_mark=node.start_mark
+            ) from None
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:binary", BoundedLoader.construct_yaml_binary)
+BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", BoundedLoader.construct_yaml_timestamp)
+
+
+def _expanded_size(root: yaml.Node) -> None:
+    """Count the nodes the document has once every alias is expanded, without expanding it (an alias is the same
+    node object, so each node's size is computed once). Raises _Bound past the limit or on a recursive alias."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            on_path.discard(key)
+            if isinstance(node, yaml.MappingNode):
+                total = 1 + sum(sizes[id(k)] + sizes[id(v)] for k, v in node.value)
+            elif isinstance(node, yaml.SequenceNode):
+                total = 1 + sum(sizes[id(v)] for v in node.value)
+            else:
+                total = 1
+            if total > MAX_EXPANDED_NODES:
+                raise _Bound(
+                    problem=f"this value expands to more than {MAX_EXPANDED_NODES:,} nodes through its aliases "
+                    "(`*name` references); a world file this large is refused",
+                    problem_mark=node.start_mark,
+                )
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise _Bound(
+                problem="a recursive alias (an anchor used inside itself)", problem_mark=node.start_mark
+            )
+        on_path.add(key)
+        stack.append((node, True))
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.extend(((v, False), (k, False)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, False) for v in node.value)
+
+
+def _walk(root: yaml.Node, out: dict[PathKey, Location]) -> None:
+    """Positions of every key and item, visiting an aliased node once (its copies fall back to their parent)."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, PathKey]] = [(root, ())]
+    while stack:
+        node, here = stack.pop()
+        out.setdefault(here, (node.start_mark.line + 1, node.start_mark.column + 1))
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+                child = (*here, key)
+                # Point at the key: that is the line a user looks for.
+                out[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                stack.append((value_node, child))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                stack.append((item, (*here, index)))
 
 
 def parse_yaml(text: str, path: str = "<string>") -> SpecSource:
-    """Parse with `yaml.safe_load` semantics and record positions from the composed node tree."""
+    """Parse with `yaml.safe_load` semantics (within the bounds above) and record positions from the node tree."""
+    node: yaml.Node | None = None
+    loader: BoundedLoader | None = None
     try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = BoundedLoader(text)
+        node = loader.get_single_node()
+        if node is not None:
+            _expanded_size(node)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
-        raise SpecSyntaxError(path, line, f"invalid YAML: {exc.problem or exc}") from None
+        prefix = "" if isinstance(exc, _Bound) else "invalid YAML: "
+        raise SpecSyntaxError(path, line, f"{prefix}{exc.problem or exc}") from None
+    except yaml.reader.ReaderError as exc:  # a control character: the reader reports an offset, not a mark
+        line = text[: exc.position].count("\n") + 1
+        raise SpecSyntaxError(
+            path, line, f"invalid YAML: character #x{exc.character:04x} is not allowed"
+        ) from None
     except yaml.YAMLError as exc:
         raise SpecSyntaxError(path, 1, f"invalid YAML: {exc}") from None
+    except RecursionError:  # a bound above should come first; never let it become a traceback
+        raise SpecSyntaxError(path, 1, f"nesting deeper than {MAX_DEPTH} levels") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     positions: dict[PathKey, Location] = {}
     if node is not None:
-        _walk(node, (), positions)
+        _walk(node, positions)
     return SpecSource(path=path, data=data, positions=positions)
 
 
 def read_yaml(path: str | Path) -> SpecSource:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise SpecSyntaxError(str(path), 1, f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecSyntaxError(
+            str(path), line, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
     return parse_yaml(text, str(path))

@@ -10,6 +10,7 @@ from datetime import date, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -18,10 +19,12 @@ from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, Domain
 from aw_mcp.errors import UserError
 from aw_mcp.perturb import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.presets import PresetRef, expand_presets, normalize_preset
+from aw_mcp.schema_check import keyword_problems, ref_problem
 from aw_mcp.spec_model import StrictSpecModel
 from aw_mcp.spec_source import PathKey, SpecSource, SpecSyntaxError, parse_yaml, read_yaml
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+MAX_PROBLEM_CHARS = 300  # a schema error quoting a huge argument value is cut to this length
 
 
 class ToolAnnotationsSpec(StrictSpecModel):
@@ -85,12 +88,23 @@ def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
     except jsonschema.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise ValueError(f"{what} is not a valid JSON Schema (2020-12) at {where}: {exc.message}") from None
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply to check") from None
     bad_ref = dangling_ref(schema)
     if bad_ref is not None:
         raise ValueError(f"{what} has a $ref {bad_ref!r} that points at nothing")
+    problem = ref_problem(schema)
+    if problem is not None:
+        raise ValueError(f"{what}: {problem}")
     if schema.get("type") != "object":
         raise ValueError(f"{what} must have `type: object` at its root (MCP clients require an object)")
     return schema
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_PROBLEM_CHARS:
+        return text
+    return f"{text[:MAX_PROBLEM_CHARS]}… [{len(text) - MAX_PROBLEM_CHARS:,} more characters]"
 
 
 class ToolSpec(StrictSpecModel):
@@ -113,7 +127,7 @@ class ToolSpec(StrictSpecModel):
     @field_validator("name")
     @classmethod
     def _valid_name(cls, name: str) -> str:
-        if not TOOL_NAME.match(name):
+        if not TOOL_NAME.fullmatch(name):
             raise ValueError("a tool name must be 1-128 characters from A-Z a-z 0-9 _ - .")
         return name
 
@@ -126,6 +140,17 @@ class ToolSpec(StrictSpecModel):
     @classmethod
     def _valid_output(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if schema is None else _check_schema(schema, "outputSchema")
+
+    @field_validator("errors")
+    @classmethod
+    def _error_names_unique(cls, errors: list[ToolErrorSpec]) -> list[ToolErrorSpec]:
+        names = [e.name for e in errors]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"duplicate error name(s) {', '.join(map(repr, twice))}: error names must be unique"
+            )
+        return errors
 
     @model_validator(mode="after")
     def _wrapper_is_a_property(self) -> ToolSpec:
@@ -161,24 +186,32 @@ class ToolSpec(StrictSpecModel):
         return schema_validator(self.outputSchema) if self.outputSchema is not None else None
 
     def argument_problems(self, arguments: dict[str, Any]) -> list[str]:
-        """Every inputSchema violation, each naming the field it concerns (empty when the arguments are valid)."""
-        errors = sorted(
-            self._input_validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path))
-        )
+        """Every inputSchema violation, each naming the field it concerns (empty when the arguments are valid).
+        A message quoting a long value is cut: the agent needs the field and the rule, not its own payload."""
+        try:
+            errors = sorted(
+                self._input_validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path))
+            )
+        except RecursionError:
+            return ["the arguments are nested too deeply to check"]
         problems = []
         for error in errors:
             where = ".".join(str(p) for p in error.absolute_path)
-            problems.append(f"field `{where}`: {error.message}" if where else error.message)
+            message = _cut(error.message)
+            problems.append(f"field `{_cut(where)}`: {message}" if where else message)
         return problems
 
     def output_problem(self, value: Any) -> str | None:
         """Why a structured result breaks outputSchema (`at PATH: message`), or None when it fits (or no schema)."""
         if self._output_validator is None:
             return None
-        bad = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
+        try:
+            bad = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
+        except RecursionError:
+            return "at (root): the value is nested too deeply to check"
         if bad is None:
             return None
-        return f"at {'/'.join(str(p) for p in bad.absolute_path) or '(root)'}: {bad.message}"
+        return f"at {_cut('/'.join(str(p) for p in bad.absolute_path) or '(root)')}: {_cut(bad.message)}"
 
     @property
     def structured(self) -> bool:
@@ -216,6 +249,7 @@ class Fact(StrictSpecModel):
 # no top_p / top_k, so neither do we unless a world asks (the server's generation config then decides).
 DEFAULT_TEMPERATURE = 0.6
 DEFAULT_MAX_TOKENS = 32768
+MAX_TOKENS_LIMIT = 10_000_000  # no model has a longer context; a bigger number is a typo (1e20)
 # Fast mode (no thinking) answers directly; a screen or a JSON result fits in far fewer tokens.
 FAST_MAX_TOKENS = 8192
 
@@ -226,14 +260,27 @@ class ModelSettings(StrictSpecModel):
     backend: Literal["openai", "local", "replay"] | None = None
     base_url: str | None = None
     model: str | None = None
-    temperature: float = Field(default=DEFAULT_TEMPERATURE, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    thinking: bool = True
-    timeout_s: float = Field(default=600.0, gt=0)
-    retries: int = Field(default=3, ge=0, le=20)
-    output_retries: int = Field(default=2, ge=0, le=10)
+    temperature: float = Field(default=DEFAULT_TEMPERATURE, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int | None = Field(default=None, ge=-1, le=1_000_000, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT, strict=True)
+    # The model's context window in tokens (prompt + answer); unset: the backend's, else DEFAULT_CONTEXT_TOKENS.
+    context_tokens: int | None = Field(default=None, ge=1024, le=MAX_TOKENS_LIMIT, strict=True)
+    thinking: bool = Field(default=True, strict=True)
+    # A deadline for one call's generation, all attempts and streaming included.
+    timeout_s: float = Field(default=600.0, gt=0, le=86_400, allow_inf_nan=False)
+    retries: int = Field(default=3, ge=0, le=20, strict=True)
+    output_retries: int = Field(default=2, ge=0, le=10, strict=True)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("expected an http(s) URL such as http://127.0.0.1:8000/v1")
+        return value
 
     @property
     def token_budget(self) -> int:
@@ -249,7 +296,7 @@ class WorldSpec(StrictSpecModel):
     name: str = Field(min_length=1)
     description: str = ""
     domain: Domain = "mcp"
-    seed: int = 0
+    seed: int = Field(default=0, strict=True)
     now: str | None = None
     facts: list[Fact] = Field(default_factory=list)
     # The hidden world state, given to the world model in its system prompt.
@@ -290,7 +337,8 @@ class WorldSpec(StrictSpecModel):
     def _builtin_tools(cls, data: Any) -> Any:
         """Non-MCP domains start from their built-in tools; a `tools:` entry naming one is merged over it (e.g. to
         add `examples:`), other entries are added after them."""
-        if not isinstance(data, dict) or data.get("domain", "mcp") not in BUILTIN_TOOLS:
+        domain = data.get("domain", "mcp") if isinstance(data, dict) else None
+        if not isinstance(domain, str) or domain not in BUILTIN_TOOLS:
             return data
         own = data.get("tools") or []
         if not isinstance(own, list):
@@ -427,9 +475,11 @@ class SpecIssue:
     line: int
     field: str
     message: str
+    severity: Literal["error", "warning"] = "error"
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.field}: {self.message}"
+        prefix = "warning: " if self.severity == "warning" else ""
+        return f"{self.path}:{self.line}: {prefix}{self.field}: {self.message}"
 
 
 class WorldSpecError(UserError, ValueError):
@@ -481,6 +531,48 @@ def _clean_loc(loc: tuple[Any, ...], data: Any = None) -> PathKey:
 
 
 def world_from_source(source: SpecSource) -> WorldSpec:
+    """The validated world; raises WorldSpecError for every problem (never another exception)."""
+    try:
+        return _world_from_source(source)
+    except WorldSpecError:
+        raise
+    except RecursionError:
+        raise WorldSpecError([SpecIssue(source.path, 1, "(world)", "nested too deeply to check")]) from None
+    except Exception as exc:  # a validator bug must still read as a file:line message, never a traceback
+        message = f"could not be checked ({type(exc).__name__}: {exc})"
+        raise WorldSpecError([SpecIssue(source.path, 1, "(world)", message)]) from None
+
+
+def schema_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
+    """Keywords in the tools' JSON Schemas: null values are errors, unknown keywords warnings."""
+    issues = []
+    for i, tool in enumerate(world.tools):
+        for key in ("inputSchema", "outputSchema"):
+            schema = getattr(tool, key)
+            for pointer, message, is_error in keyword_problems(schema):
+                loc: PathKey = ("tools", i, key, *pointer)
+                issues.append(
+                    SpecIssue(
+                        source.path,
+                        source.locate(loc)[0],
+                        _field_path(("tools", i, key)),
+                        message,
+                        "error" if is_error else "warning",
+                    )
+                )
+    return issues
+
+
+def load_issues(source: SpecSource) -> list[SpecIssue]:
+    """Every error and warning of one parsed world file (an empty list: valid and clean)."""
+    try:
+        world = world_from_source(source)
+    except WorldSpecError as exc:
+        return list(exc.issues)
+    return schema_issues(source, world)
+
+
+def _world_from_source(source: SpecSource) -> WorldSpec:
     if not isinstance(source.data, dict):
         raise WorldSpecError(
             [SpecIssue(source.path, 1, "(world)", "expected a mapping with at least `name:`")]
@@ -495,10 +587,10 @@ def world_from_source(source: SpecSource) -> WorldSpec:
             issues.append(SpecIssue(source.path, line, _field_path(loc), _expected(error)))
         raise WorldSpecError(issues) from None
     problems = world.format_problems() + world.perturbation_problems()
-    if problems:
-        raise WorldSpecError(
-            [SpecIssue(source.path, source.locate(loc)[0], _field_path(loc), msg) for loc, msg in problems]
-        )
+    issues = [SpecIssue(source.path, source.locate(loc)[0], _field_path(loc), msg) for loc, msg in problems]
+    issues += [i for i in schema_issues(source, world) if i.severity == "error"]
+    if issues:
+        raise WorldSpecError(issues)
     return world
 
 
@@ -520,11 +612,13 @@ def load_world_text(text: str, path: str = "<string>") -> WorldSpec:
 
 
 def validate_paths(paths: list[str | Path]) -> list[SpecIssue]:
-    """Every problem in every file (an empty list means all valid)."""
+    """Every problem in every file, errors and warnings (an empty list means all valid and clean)."""
     issues: list[SpecIssue] = []
     for path in paths:
         try:
-            load_world(path)
-        except WorldSpecError as exc:
-            issues.extend(exc.issues)
+            source = read_yaml(path)
+        except SpecSyntaxError as exc:
+            issues.append(SpecIssue(exc.path, exc.line, "(file)", exc.message))
+            continue
+        issues.extend(load_issues(source))
     return issues

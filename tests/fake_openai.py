@@ -57,6 +57,7 @@ class Reply:
     end_after_chunks: int | None = (
         None  # close the stream cleanly after this many deltas: no finish, no [DONE]
     )
+    raw_json: Any = None  # answer 200 with exactly this JSON body (a malformed completion shape)
 
 
 @dataclass
@@ -188,6 +189,8 @@ class ScriptedOpenAIServer:
             await anyio.sleep(reply.delay_s)
         if reply.break_connection:
             return _DropConnection()
+        if reply.raw_json is not None:
+            return JSONResponse(reply.raw_json)
         if reply.status != 200:
             if reply.body is not None:
                 return Response(reply.body, reply.status, headers=reply.headers)

@@ -18,6 +18,7 @@ import random
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx
@@ -37,6 +38,30 @@ PROGRESS_INTERVAL_S = (
 )
 MAX_RETRY_AFTER_S = 60.0  # a server asking for a longer pause is better reported than waited on
 CONNECT_TIMEOUT_S = 10.0
+
+
+def redact_url(url: str) -> str:
+    """The URL without `user:password@` (credentials must not reach error texts, logs or trajectories)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def redact_text(text: str, url: str) -> str:
+    """`text` with the credentials of `url` removed wherever they appear (httpx messages quote the URL)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return text
+    text = text.replace(url, redact_url(url))
+    for secret in (parts.password, parts.username):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 class _Retryable(Exception):
@@ -65,8 +90,11 @@ class _Accumulator:
 
     def add_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
-            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
-            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(prompt, int):
+                self.prompt_tokens = prompt
+            if isinstance(completion, int):
+                self.completion_tokens = completion
 
 
 def _excerpt(text: str) -> str:
@@ -86,7 +114,7 @@ def _retry_after_seconds(value: str | None) -> float | None:
         except (TypeError, ValueError):
             return None
         seconds = when.timestamp() - time.time()
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    return max(seconds, 0.0)
 
 
 def _reasoning_of(part: dict[str, Any]) -> str:
@@ -108,15 +136,20 @@ class OpenAIWorldModel:
         retries: int = 3,
         backoff_s: float = 0.5,
         http_client: httpx.AsyncClient | None = None,
+        send_api_key: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.url = f"{self.base_url}/chat/completions"
+        self._raw_url = f"{self.base_url}/chat/completions"
+        self.url = redact_url(self._raw_url)  # what messages show
         self.model = model
-        self.api_key = api_key if api_key is not None else os.environ.get("AW_API_KEY") or None
+        # A world file's own base_url gets no key unless trusted (send_api_key=False): a shared world file must
+        # not be able to collect AW_API_KEY.
+        env_key = os.environ.get("AW_API_KEY") or None
+        self.api_key = (api_key if api_key is not None else env_key) if send_api_key else None
         self.retries = max(0, retries)  # extra attempts after the first
         self.backoff_s = backoff_s
-        # Read timeout is per chunk, so a long generation is fine as long as the server keeps streaming.
-        self.timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+        self.timeout_s = timeout_s  # a deadline for one generate(): every attempt, wait and stream included
+        self.timeout = httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
         self._owns_client = http_client is None
         self._client = http_client if http_client is not None else httpx.AsyncClient(timeout=self.timeout)
 
@@ -159,14 +192,35 @@ class OpenAIWorldModel:
         body = self.request_body(messages, params)
         attempts = self.retries + 1
         last_reason = "no attempt made"
+        deadline = time.monotonic() + self.timeout_s
+        attempt = 0
         for attempt in range(1, attempts + 1):
             try:
-                generation = await self._attempt(body, on_progress)
+                with anyio.fail_after(max(deadline - time.monotonic(), 0.0)):
+                    generation = await self._attempt(body, on_progress)
+            except TimeoutError:
+                raise BackendError(
+                    f"world model server {self.url} gave no complete answer within timeout_s={self.timeout_s:g} s "
+                    f"({attempt} attempt(s)); last error before: {last_reason}"
+                ) from None
             except _Retryable as failure:
-                last_reason = failure.reason
+                last_reason = redact_text(failure.reason, self._raw_url)
                 if attempt == attempts:
                     break
-                await anyio.sleep(self._delay(attempt, failure.retry_after_s))
+                delay = self._delay(attempt, failure.retry_after_s)
+                left = deadline - time.monotonic()
+                if delay >= left or delay > MAX_RETRY_AFTER_S:
+                    asked = (
+                        f"asked to retry after {failure.retry_after_s:g} s"
+                        if failure.retry_after_s
+                        else (f"the next retry is due in {delay:.1f} s")
+                    )
+                    raise BackendError(
+                        f"world model server {self.url} failed ({last_reason}) and {asked}: longer than the "
+                        f"call's remaining {max(left, 0):.1f} s of timeout_s={self.timeout_s:g} "
+                        f"(or than {MAX_RETRY_AFTER_S:g} s), so it is reported instead of waited on"
+                    ) from None
+                await anyio.sleep(delay)
                 continue
             generation.extra["attempts"] = attempt
             return generation
@@ -184,7 +238,7 @@ class OpenAIWorldModel:
     async def _attempt(self, body: dict[str, Any], on_progress: ProgressCallback | None) -> Generation:
         try:
             async with self._client.stream(
-                "POST", self.url, json=body, headers=self._headers(), timeout=self.timeout
+                "POST", self._raw_url, json=body, headers=self._headers(), timeout=self.timeout
             ) as response:
                 if response.status_code != 200:
                     await self._raise_for_status(response)
@@ -194,9 +248,11 @@ class OpenAIWorldModel:
                 else:
                     acc = self._read_whole(await response.aread())
         except httpx.UnsupportedProtocol as error:
-            raise BackendError(f"world model URL {self.url} is not usable: {error}") from error
+            detail = redact_text(str(error), self._raw_url)
+            raise BackendError(f"world model URL {self.url} is not usable: {detail}") from None
         except httpx.TransportError as error:  # connect/read errors, timeouts, dropped connections
-            raise _Retryable(f"{type(error).__name__}: {error or 'no detail'}") from error
+            detail = redact_text(str(error) or "no detail", self._raw_url)
+            raise _Retryable(f"{type(error).__name__}: {detail}") from None
         if on_progress is not None:
             await on_progress(acc.tokens, "done")
         return Generation(
@@ -247,12 +303,22 @@ class OpenAIWorldModel:
             message = error.get("message", error) if isinstance(error, dict) else error
             raise _Retryable(f"error in stream: {_excerpt(str(message))}")
         acc.add_usage(chunk.get("usage"))
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise _Retryable(f"malformed stream chunk (choices is not a list): {_excerpt(json.dumps(chunk))}")
+        for choice in choices:
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(choice, dict) or not isinstance(delta or {}, dict):
+                raise _Retryable(f"malformed stream chunk: {_excerpt(json.dumps(chunk))}")
             if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = delta or {}
             reasoning = _reasoning_of(delta)
             content = delta.get("content") or ""
+            if not isinstance(reasoning, str) or not isinstance(content, str):
+                raise _Retryable(
+                    f"malformed stream chunk (text is not a string): {_excerpt(json.dumps(chunk))}"
+                )
             if reasoning or content:
                 acc.chunks += 1
             acc.reasoning += reasoning
@@ -269,13 +335,18 @@ class OpenAIWorldModel:
         choices = completion.get("choices") if isinstance(completion, dict) else None
         if not choices:
             raise _Retryable(f"response has no choices: {_excerpt(text)!r}")
-        message = choices[0].get("message") or {}
+        first = choices[0] if isinstance(choices, list) else None
+        message = first.get("message") if isinstance(first, dict) else None
+        if not isinstance(message, dict) or not all(
+            isinstance(message.get(k) or "", str) for k in ("content", "reasoning_content", "reasoning")
+        ):
+            raise _Retryable(f"malformed response (no choices[0].message with text): {_excerpt(text)!r}")
         acc = _Accumulator(
             content=message.get("content") or "",
             reasoning=_reasoning_of(message),
             finish_reason=choices[0].get("finish_reason"),
         )
-        acc.add_usage(completion.get("usage"))
+        acc.add_usage(completion.get("usage"))  # type: ignore[union-attr]
         acc.chunks = 1 if acc.content or acc.reasoning else 0
         return acc
 

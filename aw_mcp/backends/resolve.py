@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from aw_mcp.backends.base import WorldModel
 from aw_mcp.engine_extra import require_engine
 from aw_mcp.errors import UserError
 from aw_mcp.world import ModelSettings, WorldSpec
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "Qwen/Qwen-AgentWorld-35B-A3B"
 BACKENDS = ("openai", "local", "replay", "demo")
@@ -28,6 +31,9 @@ class BackendChoice:
     device: str | None = None
     dtype: str | None = None
     max_model_len: int | None = None
+    # The base URL came from the world file, not the command line or AW_BASE_URL: it gets AW_API_KEY only when
+    # the operator trusts the world (--trust-world-backend).
+    base_url_from_world: bool = False
 
 
 def resolve_backend(
@@ -43,6 +49,7 @@ def resolve_backend(
     env: Mapping[str, str] | None = None,
 ) -> BackendChoice:
     env = os.environ if env is None else env
+    from_world = not (base_url or env.get("AW_BASE_URL")) and settings.base_url is not None
     base_url = base_url or env.get("AW_BASE_URL") or settings.base_url
     chosen = backend or env.get("AW_BACKEND") or settings.backend or ("openai" if base_url else "local")
     if chosen not in BACKENDS:
@@ -54,11 +61,16 @@ def resolve_backend(
         )
     if chosen == "replay" and not replay_path:
         raise BackendConfigError("the replay backend needs a recorded trajectory: pass --replay PATH.jsonl")
-    return BackendChoice(chosen, model, base_url, replay_path, device, dtype, max_model_len)
+    return BackendChoice(
+        chosen, model, base_url, replay_path, device, dtype, max_model_len, base_url_from_world=from_world
+    )
 
 
 def open_backend(
-    choice: BackendChoice, settings: ModelSettings, world: WorldSpec | None = None
+    choice: BackendChoice,
+    settings: ModelSettings,
+    world: WorldSpec | None = None,
+    trust_world_backend: bool = False,
 ) -> WorldModel:
     if choice.backend == "demo":
         if world is None:
@@ -69,11 +81,22 @@ def open_backend(
 
         return DemoWorldModel(world)
     if choice.backend == "openai":
-        from aw_mcp.backends.openai import OpenAIWorldModel
+        from aw_mcp.backends.openai import OpenAIWorldModel, redact_url
 
         assert choice.base_url is not None
+        send_key = trust_world_backend or not choice.base_url_from_world
+        if not send_key and os.environ.get("AW_API_KEY"):
+            log.warning(
+                "AW_API_KEY is not sent to %s: that URL comes from the world file; pass --base-url, set AW_BASE_URL, "
+                "or --trust-world-backend",
+                redact_url(choice.base_url),
+            )
         return OpenAIWorldModel(
-            choice.base_url, choice.model, timeout_s=settings.timeout_s, retries=settings.retries
+            choice.base_url,
+            choice.model,
+            timeout_s=settings.timeout_s,
+            retries=settings.retries,
+            send_api_key=send_key,
         )
     if choice.backend == "replay":
         from aw_mcp.backends.replay import ReplayWorldModel

@@ -12,8 +12,10 @@ from types import FrameType
 import anyio
 
 from aw_mcp.commands.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
+from aw_mcp.http_guard import HttpOptions, check_exposure
 from aw_mcp.preflight import preflight
 from aw_mcp.server import WorldApp, listen_socket, serve_http, serve_stdio
+from aw_mcp.session import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report Ctrl-C
 
@@ -31,6 +33,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="preflight",
         action="store_false",
         help="do not check the backend before serving (for a model server that starts after this one)",
+    )
+    http = parser.add_argument_group("HTTP safety and limits")
+    http.add_argument(
+        "--auth-token",
+        metavar="TOKEN",
+        help="HTTP clients must send `Authorization: Bearer TOKEN` (AW_AUTH_TOKEN); required off loopback",
+    )
+    http.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve on a non-loopback --host without a token (anyone who can reach the port can use the world)",
+    )
+    http.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="a Host (and Origin) clients may use besides loopback, e.g. the machine's address; repeatable",
+    )
+    http.add_argument(
+        "--session-ttl",
+        type=float,
+        default=DEFAULT_SESSION_TTL_S,
+        metavar="SECONDS",
+        help=f"free a world session idle this long (default {DEFAULT_SESSION_TTL_S:.0f})",
+    )
+    http.add_argument(
+        "--max-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        help=f"live world sessions at most; the least recently used idle one makes room (default {DEFAULT_MAX_SESSIONS})",
     )
     parser.set_defaults(func=run)
 
@@ -55,13 +88,25 @@ def exit_on_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    options = HttpOptions(
+        host=args.host,
+        port=args.port,
+        auth_token=args.auth_token or os.environ.get("AW_AUTH_TOKEN") or None,
+        allow_unauthenticated=args.allow_unauthenticated,
+        allowed_hosts=args.allowed_host,
+    )
+    if args.transport == "http":
+        check_exposure(options)  # refuse before loading anything
     setup = setup_world(args)
+    registry = setup.simulator.registry
+    registry.idle_ttl_s = args.session_ttl if args.session_ttl > 0 else None
+    registry.max_sessions = max(1, args.max_sessions)
     if args.preflight:
         preflight(setup.backend)
     app = WorldApp(setup.simulator, setup.spec_text)
     if args.transport == "http":
-        sock = listen_socket(args.host, args.port)
-        anyio.run(serve_http, app, args.host, args.port, sock)
+        sock = listen_socket(options.host, options.port)
+        anyio.run(serve_http, app, options, sock)
         return 0
     if sys.stdin.isatty():
         print(terminal_hint(args.world), file=sys.stderr, flush=True)

@@ -18,10 +18,13 @@ def run(args: argparse.Namespace) -> int:
     issues = validate_paths(args.paths)
     for issue in issues:
         print(issue, file=sys.stderr)
-    bad_files = len({i.path for i in issues})
+    errors = [i for i in issues if i.severity == "error"]
+    warnings = len(issues) - len(errors)
+    bad_files = len({i.path for i in errors})
     total = len(args.paths)
-    if issues:
-        print(f"{len(issues)} problem(s) in {bad_files} of {total} file(s)", file=sys.stderr)
+    if errors:
+        print(f"{len(errors)} problem(s) in {bad_files} of {total} file(s)", file=sys.stderr)
         return 1
-    print(f"{total} world file(s) valid")
+    note = f" ({warnings} warning(s))" if warnings else ""
+    print(f"{total} world file(s) valid{note}")
     return 0

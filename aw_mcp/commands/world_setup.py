@@ -63,6 +63,11 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     thinking.add_argument(
         "--no-thinking", dest="thinking", action="store_false", help="fast mode: no thinking"
     )
+    group.add_argument(
+        "--trust-world-backend",
+        action="store_true",
+        help="send AW_API_KEY to a model.base_url given by the world file (by default only to --base-url/AW_BASE_URL)",
+    )
     group.add_argument("--record", metavar="PATH", help="append one JSON line per call to this trajectory")
     group.add_argument("--resume", metavar="PATH", help="continue the session recorded in this trajectory")
 
@@ -158,6 +163,6 @@ def setup_world(args: argparse.Namespace) -> WorldSetup:
     registry = SessionRegistry(world, writer, template)
     if args.resume and Path(args.resume).exists():
         registry.resume(args.resume)
-    backend = open_backend(choice, world.model, world)
+    backend = open_backend(choice, world.model, world, getattr(args, "trust_world_backend", False))
     simulator = Simulator(world, backend, registry, params_from_settings(world.model))
     return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts, choice)

@@ -197,7 +197,7 @@ def world_from_catalog(catalog: Catalog, log: ImportLog) -> dict[str, Any]:
     real_names = {
         w["name"]
         for w in catalog.tools
-        if isinstance(w, dict) and isinstance(w.get("name"), str) and TOOL_NAME.match(w["name"])
+        if isinstance(w, dict) and isinstance(w.get("name"), str) and TOOL_NAME.fullmatch(w["name"])
     }
     tools = []
     for i, wire in enumerate(catalog.tools):

@@ -1,0 +1,202 @@
+"""Items 1, 5, 6, 7 and 12 of issue 15: hostile world files end as `file:line` messages, never a hang, a
+traceback or a world that fails every call; plus the seeded world-file fuzzer."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aw_mcp.commands.validate import run as validate_run
+from aw_mcp.simulator import Simulator
+from aw_mcp.world import WorldSpec, WorldSpecError, load_world, load_world_text, validate_paths
+from tests.conftest import REPO, ScriptedWorldModel, observation
+from tests.hardening import world_fuzz
+
+BILLION_LAUGHS = "name: x\ntools: [{name: a}]\nstate:\n  l0: &a0 [lol, lol, lol, lol, lol]\n" + "".join(
+    f"  l{n}: &a{n} [*a{n - 1}, *a{n - 1}, *a{n - 1}, *a{n - 1}, *a{n - 1}]\n" for n in range(1, 10)
+)
+
+
+def errors_of(text: str) -> str:
+    with pytest.raises(WorldSpecError) as caught:
+        load_world_text(text, "w.yaml")
+    return str(caught.value)
+
+
+def test_billion_laughs_is_refused_quickly_with_file_and_line() -> None:
+    started = time.monotonic()
+    message = errors_of(BILLION_LAUGHS)
+    assert time.monotonic() - started < 5
+    assert message.startswith("w.yaml:") and "expands to more than" in message
+
+
+def test_recursive_alias_and_deep_nesting_are_clean_errors() -> None:
+    assert "recursive alias" in errors_of("name: x\ntools: [{name: a}]\nstate: &s {me: *s}\n")
+    deep = "name: x\ntools: [{name: a}]\nstate: " + "[" * 330 + "]" * 330 + "\n"
+    assert "w.yaml:3: (file): nesting deeper than 64 levels" in errors_of(deep)
+    schema = "{type: object, properties: {a: " * 100 + "{type: string}" + "}}" * 100
+    assert "nesting deeper than" in errors_of(f"name: x\ntools:\n  - name: a\n    inputSchema: {schema}\n")
+
+
+def test_duplicate_keys_are_errors_naming_both_lines() -> None:
+    text = "name: x\ntools: [{name: a}]\ntools: [{name: b}]\n"
+    assert "w.yaml:3: (file): duplicate key 'tools' (first defined on line 2)" in errors_of(text)
+
+
+def test_non_utf8_byte_is_a_file_line_error_and_later_files_are_still_checked(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"name: x\ntools: [{name: a}]\ndescription: caf\xe9\n")
+    later = tmp_path / "later.yaml"
+    later.write_text("name: y\n")
+    issues = [str(i) for i in validate_paths([bad, later])]
+    assert issues[0].startswith(f"{bad}:3: (file): not UTF-8 text (byte 0xe9")
+    assert any(i.startswith(f"{later}:1:") for i in issues)  # the next file was checked too
+
+
+@pytest.mark.parametrize(
+    ("snippet", "expected"),
+    [
+        ("domain: [mcp]", "domain"),
+        ("seed: '7'", "seed"),
+        ("seed: true", "seed"),
+        ("model: {max_tokens: 1e20}", "model.max_tokens"),
+        ("model: {timeout_s: .inf}", "model.timeout_s"),
+        ("model: {base_url: not-a-url}", "expected an http(s) URL"),
+        ("description: !!binary aGk=", "!!binary"),
+    ],
+)
+def test_wrong_scalars_are_refused(snippet: str, expected: str) -> None:
+    assert expected in errors_of(f"name: x\ntools: [{{name: a}}]\n{snippet}\n")
+
+
+def test_tool_name_with_trailing_newline_and_duplicate_error_names_are_refused() -> None:
+    assert "a tool name must be" in errors_of('name: x\ntools: [{name: "get_z\\n"}]\n')
+    errors = "[{name: e, message: m}, {name: e, message: n}]"
+    assert "duplicate error name(s) 'e'" in errors_of(f"name: x\ntools: [{{name: a, errors: {errors}}}]\n")
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("'#'", "loops back to #"),
+        ("'urn:x'", "cannot be resolved"),
+        ("'file:///etc/passwd'", "cannot be resolved"),
+        ("'other.yaml#/a'", "cannot be resolved"),
+        ("'#anchor'", "cannot be resolved"),
+    ],
+)
+def test_unusable_refs_are_caught_by_validate_with_their_pointer(ref: str, expected: str) -> None:
+    text = f"name: x\ntools:\n  - name: a\n    inputSchema: {{type: object, allOf: [{{$ref: {ref}}}]}}\n"
+    message = errors_of(text)
+    assert "w.yaml:4: tools[0].inputSchema" in message and expected in message
+    assert "#/allOf/0/$ref" in message
+
+
+def test_mutually_recursive_refs_are_caught_but_a_recursive_tree_is_fine() -> None:
+    loop = "{type: object, $defs: {a: {$ref: '#/$defs/b'}, b: {anyOf: [{$ref: '#/$defs/a'}]}}, $ref: '#/$defs/a'}"
+    assert "loops back" in errors_of(f"name: x\ntools:\n  - name: a\n    inputSchema: {loop}\n")
+    tree = "{type: object, properties: {children: {type: array, items: {$ref: '#'}}}}"
+    world = load_world_text(f"name: x\ntools:\n  - name: a\n    inputSchema: {tree}\n")
+    assert world.tools[0].argument_problems({"children": [{"children": []}]}) == []
+
+
+def test_airline_world_is_fixed_and_unknown_keywords_are_warnings_null_keywords_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    airline = load_world(REPO / "worlds" / "fictional_airline.yaml")
+    date = airline.tool("search_flights").inputSchema["properties"]["date"]  # type: ignore[union-attr]
+    assert date == {"type": "string", "format": "date", "description": "Local departure date, YYYY-MM-DD."}
+    slip = "name: x\ntools:\n  - name: a\n    inputSchema:\n      type: object\n      properties:\n"
+    broken = tmp_path / "slip.yaml"
+    broken.write_text(slip + "        d: {type: string, description: Local date, YYYY-MM-DD.}\n")
+    assert "w.yaml:7: tools[0].inputSchema: `YYYY-MM-DD.` has no value (null)" in errors_of(
+        broken.read_text()
+    )
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(slip + "        d: {type: string, maxLenght: 3}\n")
+    assert validate_run(type("Args", (), {"paths": [str(typo)]})()) == 0  # a warning does not fail validate
+    err = capsys.readouterr().err
+    assert f"{typo}:7: warning: tools[0].inputSchema: unknown JSON Schema keyword 'maxLenght'" in err
+    assert "(1 warning(s))" in err
+    assert [str(i) for i in validate_paths(sorted((REPO / "worlds").glob("*.yaml")))] == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The fuzzer
+# ---------------------------------------------------------------------------------------------------------------
+
+FUZZ_CASES = int(os.environ.get("AW_FUZZ_CASES", "300"))
+FUZZ_SEED = int(os.environ.get("AW_FUZZ_SEED", "15"))
+HANG_S = 5.0
+
+
+def one_call_works(world: WorldSpec) -> str | None:
+    """None when a call to the world's first tool gets through the pipeline without an internal error."""
+    tool = world.tools[0]
+    example = tool.examples[0] if tool.examples else None
+    answer = str(example.result) if example is not None else '{"ok": true}'
+    simulator = Simulator(world, ScriptedWorldModel(lambda *_: observation(answer)))
+
+    async def call() -> str | None:
+        outcome = await simulator.call(tool.name, example.arguments if example else {})
+        record = outcome.record
+        assert record is not None
+        internal = "Internal simulator error" in outcome.text
+        return f"{record.error}: {outcome.text[:200]}" if internal else None
+
+    return anyio.run(call)
+
+
+def check_case(path: Path) -> tuple[str, str]:
+    """('clean' | 'accepted', detail) or ('traceback' | 'broken', detail)."""
+    try:
+        issues = validate_paths([path])
+    except BaseException:
+        return "traceback", traceback.format_exc()
+    errors = [i for i in issues if i.severity == "error"]
+    if errors:
+        bad = [str(i) for i in errors if not str(i).startswith(f"{path}:")]
+        return ("traceback", f"message without file:line: {bad}") if bad else ("clean", "")
+    try:
+        world = load_world(path)
+        problem = one_call_works(world)
+    except BaseException:
+        return "traceback", traceback.format_exc()
+    return ("broken", problem) if problem else ("accepted", "")
+
+
+def test_world_file_fuzzer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = random.Random(FUZZ_SEED)
+    counts = {"clean": 0, "accepted": 0, "traceback": 0, "broken": 0, "hang": 0}
+    failures: list[str] = []
+    for n in range(FUZZ_CASES):
+        path = world_fuzz.write_case(rng, tmp_path, n)
+        result: list[tuple[str, str]] = []
+        worker = threading.Thread(target=lambda p=path, out=result: out.append(check_case(p)), daemon=True)
+        started = time.monotonic()
+        worker.start()
+        worker.join(HANG_S)
+        if worker.is_alive() or not result:
+            counts["hang"] += 1
+            failures.append(f"{path.name}: no answer within {HANG_S} s ({time.monotonic() - started:.1f} s)")
+            continue
+        kind, detail = result[0]
+        counts[kind] += 1
+        if kind in ("traceback", "broken"):
+            failures.append(f"{path.name}: {kind}: {detail}")
+    summary = (
+        f"world-file fuzzer (seed {FUZZ_SEED}): {FUZZ_CASES} files tried, {counts['clean']} clean errors, "
+        f"{counts['accepted']} accepted and callable, {counts['broken']} accepted but failing, "
+        f"tracebacks {counts['traceback']}, hangs {counts['hang']}"
+    )
+    with capsys.disabled():  # shown with or without -s
+        print(f"\n{summary}")
+    assert not failures, "\n".join(failures[:10])
+    assert counts["clean"] > FUZZ_CASES // 4 and counts["accepted"] > 0  # the mutations reach both outcomes

@@ -1,0 +1,166 @@
+"""A seeded mutator of world files: each case is a bundled world (or the test suite's small world) with one to
+three hostile edits, as a user's copy-paste slip or a shared world file could make them."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import REPO, SMALL_WORLD
+
+Mutation = Callable[[random.Random, str], str]
+
+SEEDS = [SMALL_WORLD] + [p.read_text() for p in sorted((REPO / "worlds").glob("*.yaml"))]
+
+JUNK_VALUES = [
+    "null",
+    "~",
+    "[]",
+    "{}",
+    "[mcp]",
+    "{a: 1}",
+    "-1",
+    "0",
+    "1e20",
+    ".inf",
+    ".nan",
+    "'7'",
+    "true",
+    "!!binary aGk=",
+    "'\\u0000'",
+    '"x\\n"',
+    "&a [1]",
+    "*nope",
+    "[*a]",
+    "99999999999999999999999",
+    "'#'",
+    "2026-13-45",
+    "{$ref: '#'}",
+    "{$ref: 'urn:x'}",
+    "{$ref: 'file:///etc/passwd'}",
+    "{$ref: '#/$defs/x'}",
+    "|\n  text",
+]
+
+
+def _lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def replace_value(rng: random.Random, text: str) -> str:
+    lines = _lines(text)
+    candidates = [i for i, line in enumerate(lines) if ": " in line]
+    if not candidates:
+        return text
+    i = rng.choice(candidates)
+    key, _, _ = lines[i].partition(": ")
+    lines[i] = f"{key}: {rng.choice(JUNK_VALUES)}"
+    return "\n".join(lines)
+
+
+def duplicate_line(rng: random.Random, text: str) -> str:
+    lines = _lines(text)
+    i = rng.randrange(len(lines))
+    lines.insert(i, lines[i])
+    return "\n".join(lines)
+
+
+def delete_lines(rng: random.Random, text: str) -> str:
+    lines = _lines(text)
+    i = rng.randrange(len(lines))
+    del lines[i : i + rng.randint(1, 4)]
+    return "\n".join(lines)
+
+
+def truncate(rng: random.Random, text: str) -> str:
+    return text[: rng.randrange(len(text) + 1)]
+
+
+def flip_bytes(rng: random.Random, text: str) -> str:
+    chars = list(text)
+    for _ in range(rng.randint(1, 5)):
+        chars[rng.randrange(len(chars))] = rng.choice(
+            ["{", "[", ":", "-", "*", "&", "\t", "\x00", "\udcff", "'", '"']
+        )
+    return "".join(chars)
+
+
+def deep_nesting(rng: random.Random, text: str) -> str:
+    depth = rng.choice([50, 70, 200, 400])
+    where = rng.choice(["state", "x-deep", "tools[0].inputSchema"])
+    body = "{a: " * depth + "1" + "}" * depth
+    if where == "tools[0].inputSchema":
+        nested = "{type: object, properties: {a: " * (depth // 2) + "{type: string}" + "}}" * (depth // 2)
+        return text.replace("inputSchema:", f"inputSchema: {nested}\n    x-old:", 1)
+    return text + f"\n{where}: {body}\n"
+
+
+def billion_laughs(rng: random.Random, text: str) -> str:
+    levels = rng.randint(3, 9)
+    out = "\nx-laughs:\n  l0: &l0 [lol, lol, lol, lol, lol]\n"
+    for n in range(1, levels + 1):
+        out += f"  l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 5) + "]\n"
+    return text.replace("\nstate:", "\nstate_:", 1) + out + f"state: *l{levels}\n"
+
+
+def recursive_ref(rng: random.Random, text: str) -> str:
+    ref = rng.choice(["'#'", "'#/$defs/a'", "'urn:x'", "'file:///etc/passwd'", "'other.yaml'", "'#anchor'"])
+    schema = (
+        "{type: object, $defs: {a: {$ref: '#/$defs/b'}, b: {allOf: [{$ref: '#/$defs/a'}]}}, "
+        f"properties: {{p: {{$ref: {ref}}}}}}}"
+    )
+    return text.replace("inputSchema:", f"inputSchema: {schema}\n    x-old:", 1)
+
+
+def odd_scalars(rng: random.Random, text: str) -> str:
+    extra = rng.choice(
+        [
+            "\nseed: '7'\n",
+            "\nseed: true\n",
+            "\nmodel: {max_tokens: 1e20}\n",
+            "\nmodel: {timeout_s: .inf}\n",
+            "\nmodel: {base_url: not a url}\n",
+            "\ndomain: [mcp]\n",
+            "\nname: !!binary aGk=\n",
+            "\ntools: []\n",
+            "\nmodel: {context_tokens: 10}\n",
+        ]
+    )
+    return text + extra
+
+
+def tool_name_newline(rng: random.Random, text: str) -> str:
+    return text.replace("- name: ", '- name: "x\\n', 1).replace('"x\\n', '"get_z\\n"\n    x-was: ', 1)
+
+
+MUTATIONS: list[Mutation] = [
+    replace_value,
+    replace_value,
+    duplicate_line,
+    delete_lines,
+    truncate,
+    flip_bytes,
+    deep_nesting,
+    billion_laughs,
+    recursive_ref,
+    odd_scalars,
+    tool_name_newline,
+]
+
+
+def case(rng: random.Random) -> bytes:
+    text = rng.choice(SEEDS)
+    for _ in range(rng.randint(1, 3)):
+        text = rng.choice(MUTATIONS)(rng, text)
+    data = text.encode("utf-8", errors="surrogateescape")
+    if rng.random() < 0.03:  # a stray non-UTF-8 byte
+        at = rng.randrange(len(data) + 1)
+        data = data[:at] + b"\xff" + data[at:]
+    return data
+
+
+def write_case(rng: random.Random, folder: Path, n: int) -> Path:
+    path = folder / f"case{n:05d}.yaml"
+    path.write_bytes(case(rng))
+    return path
