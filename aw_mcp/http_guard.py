@@ -17,6 +17,8 @@ from typing import Any
 
 from mcp.server.transport_security import TransportSecuritySettings
 
+from aw_mcp.errors import ServeError
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -26,7 +28,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
-class HttpExposureError(ValueError):
+class HttpExposureError(ServeError, ValueError):
     """Serving on this address this way would expose the world to the network without protection."""
 
 

@@ -120,7 +120,17 @@ def test_stdio_answers_malformed_lines(small_world_path: Path) -> None:
     lines = ["this is not json", json.dumps([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]),
              "[" * 5000 + "]" * 5000, json.dumps({"jsonrpc": "2.0", "id": 7})]  # fmt: skip
     proc = subprocess.run(
-        [sys.executable, "-m", "aw_mcp", "serve", "--world", str(small_world_path), "--backend", "openai"],
+        [
+            sys.executable,
+            "-m",
+            "aw_mcp",
+            "serve",
+            "--world",
+            str(small_world_path),
+            "--backend",
+            "openai",
+            "--no-preflight",
+        ],
         input="\n".join(lines) + "\n",
         capture_output=True,
         text=True,

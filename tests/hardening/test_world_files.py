@@ -122,9 +122,9 @@ def test_airline_world_is_fixed_and_unknown_keywords_are_warnings_null_keywords_
     typo = tmp_path / "typo.yaml"
     typo.write_text(slip + "        d: {type: string, maxLenght: 3}\n")
     assert validate_run(type("Args", (), {"paths": [str(typo)]})()) == 0  # a warning does not fail validate
-    err = capsys.readouterr().err
-    assert f"{typo}:7: warning: tools[0].inputSchema: unknown JSON Schema keyword 'maxLenght'" in err
-    assert "(1 warning(s))" in err
+    captured = capsys.readouterr()
+    assert f"{typo}:7: warning: tools[0].inputSchema: unknown JSON Schema keyword 'maxLenght'" in captured.err
+    assert "(1 warning(s))" in captured.out  # the success line goes to stdout, problems to stderr
     assert [str(i) for i in validate_paths(sorted((REPO / "worlds").glob("*.yaml")))] == []
 
 
