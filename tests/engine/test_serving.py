@@ -361,3 +361,24 @@ def test_capture_safe_decode_step_serves_concurrent_callers_alike(tiny_ckpt: Pat
         assert _in_threads(calls) == expected
     finally:
         static.shutdown()
+
+
+def test_an_engine_over_a_model_already_built(fresh_llm: LLM) -> None:
+    """`LLM.from_model` (how bench/gpu_check.py serves its random full-size model) runs the same engine."""
+    other = LLM.from_model(
+        fresh_llm.model,
+        fresh_llm.config,
+        fresh_llm.tokenizer,
+        name="built",
+        max_model_len=512,
+        max_num_seqs=2,
+    )
+    try:
+        assert other.cache.max_len == 512 and other.cache.num_slots == 2 and other.model_name == "built"
+        params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+        expected = fresh_llm.generate(PROMPTS[:3], params)
+        assert [o.outputs[0].token_ids for o in other.generate(PROMPTS[:3], params)] == [
+            o.outputs[0].token_ids for o in expected
+        ]
+    finally:
+        other.shutdown()
