@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from engine.sampling import SamplingParams, make_generator
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence as EngineSequence
 from engine.sequence import StopCheck, StreamDelta
+from engine.structured import Constraint, GrammarCompiler, canonical_schema
 
 Prompt = str | list[int]
 _DTYPES = {
@@ -188,6 +190,10 @@ class LLM:
         self.engine = LLMEngine(
             runner, Scheduler(cache, prefix_cache, max_num_batched_tokens), self.processor, prefix_cache
         )
+        self.grammars = GrammarCompiler(
+            self.tokenizer, self.config.vocab_size, sorted(self.processor.stop_ids)
+        )
+        self._grammar_lock = threading.Lock()  # callers on any thread compile through one cache
 
     # The pieces, for tests, benchmarks and the server.
     @property
@@ -380,6 +386,7 @@ class LLM:
                     f"prompt of {len(ids)} tokens does not fit max_model_len {self.cache.max_len} "
                     "(prompt plus at least one generated token)"
                 )
+            in_thinking = self.processor.opens_thinking(ids)
             seqs.append(
                 EngineSequence(
                     request_id=uuid.uuid4().hex,
@@ -387,12 +394,30 @@ class LLM:
                     prompt_ids=ids,
                     params=p,
                     generator=None if p.greedy else make_generator(p.seed, self.device),
-                    in_thinking=self.processor.opens_thinking(ids),
+                    in_thinking=in_thinking,
                     stop=stop,
                     sink=sink,
+                    constraint=self._constraint(p, in_thinking),
                 )
             )
         return seqs
+
+    def _constraint(self, params: SamplingParams, in_thinking: bool) -> Constraint | None:
+        """A grammar for the request's JSON Schema (compiled once per schema), active at once unless the answer
+        waits for the thinking to end. A schema the grammar engine cannot take fails this request only."""
+        grammar = self.compile_schema(params.json_schema)
+        if grammar is None:
+            return None
+        waits = params.structured_after is not None and in_thinking
+        return Constraint(grammar, active=not waits, forbidden_tokens=self.grammars.forbidden_tokens)
+
+    def compile_schema(self, json_schema: dict | str | None):
+        """The grammar of a JSON Schema (cached per schema); raises StructuredOutputError for one it cannot take."""
+        schema = canonical_schema(json_schema)
+        if schema is None:
+            return None
+        with self._grammar_lock:
+            return self.grammars.compile(schema)
 
     @staticmethod
     def _request_output(seq: EngineSequence) -> RequestOutput:

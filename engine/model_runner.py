@@ -14,6 +14,7 @@ from engine.output_processor import OutputProcessor
 from engine.sampling import sample_token
 from engine.scheduler import PrefillChunk
 from engine.sequence import Sequence
+from engine.structured import mask_logits
 
 
 class ModelRunner:
@@ -71,11 +72,18 @@ class ModelRunner:
         finally:
             self.cache.free(slot)
 
+    @torch.inference_mode()
     def pick_tokens(
         self, seqs: list[Sequence], logits: torch.Tensor, processor: OutputProcessor
     ) -> list[int]:
         """The next token of every sequence: greedy rows take one batched argmax (a single host read-back for the
-        whole step), sampled rows their own seeded sampler; an exhausted thinking budget forces `</think>`."""
+        whole step), sampled rows their own seeded sampler; an exhausted thinking budget forces `</think>`; rows
+        with an active grammar constraint are masked first."""
+        constrained = [i for i, s in enumerate(seqs) if s.constraint is not None and s.constraint.active]
+        if constrained:  # after the model (and its CUDA graph): capture is untouched
+            # Rows must be contiguous for the bitmask kernel (CPU decode logits can be a transposed view).
+            logits = logits.contiguous()
+            mask_logits(logits, constrained, [seqs[i].constraint for i in constrained])
         greedy = logits.argmax(-1).tolist() if any(s.params.greedy for s in seqs) else None
         tokens = []
         for i, seq in enumerate(seqs):

@@ -44,8 +44,20 @@ class OutputProcessor:
             seq.in_thinking = False
         elif seq.in_thinking:
             seq.thinking_tokens += 1
+        constraint = seq.constraint
+        grammar_done = False
+        if constraint is not None:
+            if constraint.active:
+                if not constraint.accept(token):  # the mask allows only accepted tokens: a bug if reached
+                    raise RuntimeError(f"token {token} broke the request's grammar")
+                grammar_done = constraint.finished
+            elif token == self.think_end:
+                constraint.active = True  # the answer starts with the next token
         checked = len(seq.text)
         self._detokenize(seq)
+        if grammar_done:  # the grammar took its end token: the answer is complete
+            seq.finish_reason = "stop"
+            return
 
         stop_strings = params.stop_strings
         if stop_strings:

@@ -20,6 +20,10 @@ class SamplingParams:
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     thinking_budget: int | None = None  # after this many thinking tokens, `</think>` is forced
+    # Schema-constrained answer (engine/structured.py): a JSON Schema (dict or JSON text) the answer must follow.
+    json_schema: dict | str | None = None
+    # When the constraint starts: "</think>" = after the thinking (free while thinking), None = from the first token.
+    structured_after: str | None = "</think>"
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -30,6 +34,8 @@ class SamplingParams:
             raise ValueError("max_tokens must be >= 1")
         if self.thinking_budget is not None and self.thinking_budget < 0:
             raise ValueError("thinking_budget must be >= 0")
+        if self.structured_after not in (None, "</think>"):
+            raise ValueError('structured_after must be "</think>" or None')
 
     @property
     def stop_strings(self) -> list[str]:

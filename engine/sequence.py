@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from engine.sampling import SamplingParams
+from engine.structured import Constraint
 
 StopCheck = threading.Event | Callable[[], bool] | None
 OutputSink = Callable[[Any], None]  # receives StreamDelta items, then None (done) or an exception
@@ -45,6 +46,7 @@ class Sequence:
     stop: StopCheck = None
     sink: OutputSink | None = None  # where the loop hands deltas; a queue's put by default
     snapshot_at: int | None = None  # prompt position whose cache state the prefix cache keeps
+    constraint: Constraint | None = None  # schema-constrained answer (engine/structured.py)
     arrival: int = field(default_factory=lambda: next(_arrivals))
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None

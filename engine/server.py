@@ -29,6 +29,7 @@ from engine.llm import LLM, PromptTooLong
 from engine.reasoning import ReasoningStreamSplitter, split_reasoning
 from engine.sampling import SamplingParams
 from engine.sequence import StreamDelta
+from engine.structured import StructuredOutputError
 
 DEFAULT_MAX_TOKENS = 4096
 
@@ -50,6 +51,35 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    name: str | None = None
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: a JSON Schema (or any JSON object) the answer must follow, enforced by the
+    engine's grammar after the thinking (engine/structured.py)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _needs_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('type "json_schema" needs a "json_schema": {"name": ..., "schema": {...}}')
+        return self
+
+    def schema_or_none(self) -> dict[str, Any] | None:
+        if self.type == "json_schema" and self.json_schema is not None:
+            return self.json_schema.json_schema
+        if self.type == "json_object":
+            return {"type": "object"}
+        return None
+
+
 class ChatCompletionRequest(BaseModel):
     """The fields we honour; other OpenAI fields are accepted and ignored, as vLLM does."""
 
@@ -68,6 +98,7 @@ class ChatCompletionRequest(BaseModel):
     thinking_budget: int | None = Field(None, ge=0)
     n: int = Field(1, ge=1, le=1)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")
     def _stop_strings(self) -> ChatCompletionRequest:
@@ -89,6 +120,7 @@ class ChatCompletionRequest(BaseModel):
             stop=[self.stop] if isinstance(self.stop, str) else self.stop,
             ignore_eos=self.ignore_eos,
             thinking_budget=self.thinking_budget,
+            json_schema=self.response_format.schema_or_none() if self.response_format else None,
         )
 
 
@@ -140,6 +172,11 @@ def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
             )
         except Exception as exc:  # a template error is the client's
             return _error(400, f"cannot render the chat template: {exc}", "messages")
+        if params.json_schema is not None:
+            try:
+                await anyio.to_thread.run_sync(llm.compile_schema, params.json_schema)
+            except StructuredOutputError as exc:
+                return _error(400, str(exc), "response_format")
         if len(prompt_ids) >= llm.cache.max_len:
             return _error(
                 400,

@@ -1,0 +1,122 @@
+"""Schema-constrained decoding: once a request's thinking ends, only tokens that keep its answer valid JSON for its
+schema can be sampled.
+
+xgrammar (the grammar engine vLLM and SGLang use) compiles a JSON Schema into a grammar once per schema (cached
+here by the schema's canonical JSON) and, per request, a matcher that fills a token bitmask for the next step and
+accepts the sampled token. The mask is applied to that row's logits right before sampling — after the model (and
+after a CUDA graph's replay), so capture is untouched — and rows without a schema are never touched. While the
+request is thinking (its prompt left `<think>` open and `</think>` has not come) it generates freely; the thinking
+budget still forces `</think>`, and the constraint starts with the next token."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+class StructuredOutputError(ValueError):
+    """The schema cannot be compiled into a grammar (the message says why)."""
+
+
+def canonical_schema(schema: Mapping[str, Any] | str | None) -> str | None:
+    """The schema as canonical JSON text (the cache key); `"json_object"` or True means any JSON object."""
+    if schema is None:
+        return None
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise StructuredOutputError(f"json_schema is not JSON: {exc}") from None
+    if not isinstance(schema, Mapping):
+        raise StructuredOutputError("json_schema must be a JSON object (a JSON Schema)")
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class GrammarCompiler:
+    """Compiles and caches grammars for one tokenizer (built on first use: importing xgrammar costs ~0.5 s)."""
+
+    tokenizer: Any
+    vocab_size: int  # the logits' width (the embedding may be padded past the tokenizer)
+    stop_token_ids: list[int]  # the engine's end tokens: the grammar ends on one of them
+    _compiler: Any = None
+    _cache: dict[str, Any] = field(default_factory=dict)
+    compiles: int = 0
+    # Tokens a constrained answer never takes, whatever the grammar says: those holding a raw control byte
+    # (U+0000-U+001F: JSON needs them escaped inside strings, xgrammar's string rule lets them through, and
+    # Python's json rejects the result; compact JSON needs no raw whitespace), and the added tokens (`<think>`,
+    # `<|im_start|>`, `<|endoftext|>` ...), which the grammar sees as plain text inside a string but the engine
+    # reads as control (an end token mid-string would cut the JSON). The grammar's own end tokens stay allowed.
+    forbidden_tokens: torch.Tensor | None = None
+
+    def compile(self, schema_json: str) -> Any:
+        grammar = self._cache.get(schema_json)
+        if grammar is None:
+            import xgrammar
+
+            if self._compiler is None:
+                info = xgrammar.TokenizerInfo.from_huggingface(
+                    self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=sorted(self.stop_token_ids)
+                )
+                self._compiler = xgrammar.GrammarCompiler(info, max_threads=2)
+                forbidden = torch.zeros(self.vocab_size, dtype=torch.bool)
+                for token_id, piece in enumerate(info.decoded_vocab[: self.vocab_size]):
+                    forbidden[token_id] = any(byte < 0x20 for byte in piece)
+                added = [i for i in self.tokenizer.added_tokens_decoder if i < self.vocab_size]
+                forbidden[added] = True
+                forbidden[sorted(self.stop_token_ids)] = False
+                self.forbidden_tokens = forbidden
+            try:
+                # Compact JSON (no free whitespace between tokens): the model cannot wander in blank space.
+                grammar = self._compiler.compile_json_schema(schema_json, any_whitespace=False)
+            except Exception as exc:  # xgrammar raises RuntimeError for schemas it cannot express
+                raise StructuredOutputError(f"cannot compile the JSON Schema into a grammar: {exc}") from None
+            self._cache[schema_json] = grammar
+            self.compiles += 1
+        return grammar
+
+
+class Constraint:
+    """One request's grammar state. `active` once its thinking is over."""
+
+    def __init__(self, grammar: Any, active: bool, forbidden_tokens: torch.Tensor | None = None) -> None:
+        import xgrammar
+
+        self.matcher = xgrammar.GrammarMatcher(grammar)
+        self.active = active
+        self._forbidden = forbidden_tokens
+
+    def fill(self, bitmask: torch.Tensor, row: int) -> None:
+        """Write this request's allowed-next-token bits into row `row` of a batch bitmask."""
+        self.matcher.fill_next_token_bitmask(bitmask, index=row)
+
+    def forbidden_on(self, device: torch.device) -> torch.Tensor | None:
+        if self._forbidden is not None and self._forbidden.device != device:
+            self._forbidden = self._forbidden.to(device)
+        return self._forbidden
+
+    def accept(self, token: int) -> bool:
+        return bool(self.matcher.accept_token(token))
+
+    @property
+    def finished(self) -> bool:
+        return self.matcher.is_terminated()
+
+
+def mask_logits(logits: torch.Tensor, rows: list[int], constraints: list[Constraint]) -> None:
+    """Apply the constraints of `rows` to a step's contiguous logits [N, vocab] in place: one bitmask for the
+    batch, one apply call, then the always-forbidden tokens."""
+    import xgrammar
+
+    bitmask = xgrammar.allocate_token_bitmask(logits.shape[0], logits.shape[-1])
+    for row, constraint in zip(rows, constraints, strict=True):
+        constraint.fill(bitmask, row)
+    xgrammar.apply_token_bitmask_inplace(logits, bitmask.to(logits.device), indices=rows)
+    for row, constraint in zip(rows, constraints, strict=True):
+        forbidden = constraint.forbidden_on(logits.device)
+        if forbidden is not None:
+            logits[row].masked_fill_(forbidden[: logits.shape[-1]], float("-inf"))
