@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from engine.loader import DEFAULT_MODEL, CheckpointError
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag is one line naming --help, not the usage block (as `aw-mcp` does; engine/ never imports aw_mcp)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="aw-mcp engine", description="Our inference engine for Qwen3.5-MoE models."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="aw-mcp engine", description="Our inference engine for Qwen3.5-MoE models.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     serve = commands.add_parser("serve", help="serve an OpenAI-compatible /v1/chat/completions endpoint")
     serve.add_argument(
         "--model", default=DEFAULT_MODEL, help="checkpoint folder or hub id (default: %(default)s)"

@@ -246,3 +246,12 @@ def test_cli_reports_unloadable_model(tmp_path, capsys: pytest.CaptureFixture[st
     (tmp_path / "config.json").write_text("{}")
     assert main(["serve", "--model", str(tmp_path)]) == 2
     assert "cannot load the model" in capsys.readouterr().err
+
+
+def test_cli_bad_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--max-num-seqs", "many"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--help" in err and "usage:" not in err
