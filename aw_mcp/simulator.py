@@ -56,7 +56,8 @@ from aw_mcp.prompting import (
     parse_json_observation,
     render_result,
 )
-from aw_mcp.session import CallRecord, RecordingError, SessionRegistry, WorldSession
+from aw_mcp.records import CallRecord, FaultEntry
+from aw_mcp.session import RecordingError, SessionRegistry, WorldSession
 from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec
 
 Reporter = Callable[[float, str], Awaitable[None]]
@@ -106,7 +107,7 @@ def monotonic(report: Reporter | None) -> Reporter | None:
     return forward
 
 
-def fault_entry(firing: Firing, **details: Any) -> dict[str, Any]:
+def fault_entry(firing: Firing, **details: Any) -> FaultEntry:
     """How a fired perturbation appears in the trajectory's `faults` list and in `world://faults`."""
     p = firing.perturbation
     entry: dict[str, Any] = {
@@ -122,7 +123,7 @@ def fault_entry(firing: Firing, **details: Any) -> dict[str, Any]:
     if firing.scale != 1.0:
         entry["scale"] = round(firing.scale, 6)
     entry.update(details)
-    return entry
+    return FaultEntry.model_validate(entry)
 
 
 def params_from_settings(settings: ModelSettings) -> GenerationParams:
@@ -170,8 +171,8 @@ class Simulator:
         records = sorted((r for s in self.registry.sessions() for r in s.records), key=lambda r: r.time)
         for record in records:
             for fault in record.faults:
-                p = by_name.get(fault.get("name", ""))
-                if p is not None and isinstance(p.fault, CatalogFault) and fault.get("applied", True):
+                p = by_name.get(fault.name)
+                if p is not None and isinstance(p.fault, CatalogFault) and fault.applied:
                     if p.name not in self.catalog.applied:
                         self.catalog.apply(p.name, p.fault)
 
@@ -231,7 +232,7 @@ class Simulator:
         if record.observation is None:  # what the agent saw, even for failures
             record.observation = outcome.text
         outcome.record = record
-        outcome.catalog_changed = any(f["kind"] == "catalog" and f["applied"] for f in record.faults)
+        outcome.catalog_changed = any(f.kind == "catalog" for f in record.applied_faults())
         try:
             await self.registry.commit(session, record)
         except RecordingError as exc:  # the world did not take this call in: neither may the agent
@@ -326,7 +327,7 @@ class Simulator:
             )
             entry = fault_entry(firing, instruction=instruction)
             if truth is not None:
-                entry["ground_truth"] = truth.text
+                entry.ground_truth = truth.text
             record.faults.append(entry)
         outcome = await self._generate(tool, arguments, session, record, report, notes + instructions)
         if (
@@ -382,7 +383,7 @@ class Simulator:
         record.faults.append(entry)
         if fault.ground_truth:
             truth = await self._generate(tool, arguments, session, record, report, notes)
-            entry["ground_truth"] = truth.text
+            entry.ground_truth = truth.text
             if truth.is_error:
                 record.in_history = False
             else:

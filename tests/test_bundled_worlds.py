@@ -117,8 +117,8 @@ async def test_world_with_perturbations_applies_what_it_records(path: Path) -> N
     assert listed[: len(world.tools)] == [t.name for t in world.tools]
     [record] = simulator.registry.get().records
     assert record.faults, "the demonstrated call of a perturbed world fired nothing: check more calls"
-    assert {f["name"] for f in record.faults} <= {p.name for p in world.all_perturbations()}
-    assert [f["name"] for f in served["faults"]] == [f["name"] for f in record.faults]
-    aborted = any(f["kind"] in ABORTS and f["applied"] for f in record.faults)
+    assert {f.name for f in record.faults} <= {p.name for p in world.all_perturbations()}
+    assert [f["name"] for f in served["faults"]] == [f.name for f in record.faults]
+    aborted = any(f.kind in ABORTS and f.applied for f in record.faults)
     assert len(model.calls) == (0 if aborted else 1)
     assert result.is_error == aborted, result.content[0].text

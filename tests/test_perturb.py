@@ -372,12 +372,21 @@ def test_bundled_fault_world_is_valid_and_uses_many_kinds_and_modes() -> None:
 
 def test_ledger_lists_writes_and_fault_made_changes() -> None:
     from aw_mcp.ledger import ledger_notes
-    from aw_mcp.session import CallRecord
+    from aw_mcp.records import CallRecord
 
     world = load_world_text(_WORLD.format(perturbations="[]"))
 
     def record(index: int, tool: str, observation: str, **extra: object) -> CallRecord:
-        return CallRecord("checks", "s", index, tool, {"order_id": "ORD-1"}, observation=observation, **extra)
+        return CallRecord.model_validate(
+            {
+                "world": "checks",
+                "session": "s",
+                "index": index,
+                "tool": tool,
+                "arguments": {"order_id": "ORD-1"},
+            }
+            | {"observation": observation, **extra}
+        )
 
     records = [
         record(0, "get_order", '{"id": "ORD-1", "status": "shipped"}'),  # read-only: nothing established

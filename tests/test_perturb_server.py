@@ -16,8 +16,9 @@ from mcp import Client, MCPError
 
 from aw_mcp import faults
 from aw_mcp.perturb import decide
+from aw_mcp.records import TrajectoryWriter, read_trajectory
 from aw_mcp.server import FAULTS_URI, WorldApp, build_server
-from aw_mcp.session import SessionRegistry, TrajectoryWriter, read_trajectory
+from aw_mcp.session import SessionRegistry
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import load_world_text
 from tests.conftest import ScriptedWorldModel, observation
@@ -90,7 +91,7 @@ def make(perturbations: str, model: ScriptedWorldModel | None = None, record: Pa
 
 
 def faults_of(simulator: Simulator) -> list[list[str]]:
-    return [[f["name"] for f in r.faults] for r in simulator.registry.get().records]
+    return [[f.name for f in r.faults] for r in simulator.registry.get().records]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -149,7 +150,7 @@ async def test_latency_is_applied_before_the_answer(
     assert [calls_before for _, calls_before in clock.waits] == [0, 1, 2]
     assert [c["call"].tool for c in model.calls] == ["get_report"] * 3 + ["list_orders"]
     records = simulator.registry.get().records
-    assert [[f["latency_ms"] for f in r.faults] for r in records] == [[300.0], [300.0], [300.0], []]
+    assert [[f.latency_ms for f in r.faults] for r in records] == [[300.0], [300.0], [300.0], []]
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -243,7 +244,7 @@ async def test_cancellation_ends_a_hang(mode: str) -> None:
                 await anyio.sleep(0.02)
         after = await client.call_tool("list_orders", {})  # the server keeps serving
     record = simulator.registry.get().records[0]
-    assert record.error == "cancelled by the client" and [f["kind"] for f in record.faults] == ["hang"]
+    assert record.error == "cancelled by the client" and [f.kind for f in record.faults] == ["hang"]
     assert not after.is_error
 
 
@@ -305,7 +306,7 @@ async def test_truncate_empty_oversized_keep_structured_results_schema_valid() -
     full = answer([], type("C", (), {"tool": "get_report", "arguments": {}})()).split("**\n", 1)[1]
     assert text.content[0].text == full[: len(full) // 4]
     records = simulator.registry.get().records
-    assert json.loads(records[0].faults[0]["ground_truth"])["orders"][3]["id"] == "ORD-4"
+    assert json.loads(records[0].faults[0].ground_truth)["orders"][3]["id"] == "ORD-4"
     assert records[3].truth == full  # the world's history keeps the whole observation
     assert simulator.registry.get().history[3].observation == full
 
@@ -343,7 +344,7 @@ async def test_shape_fault_that_would_break_the_schema_is_recorded_without_effec
         result = await client.call_tool("get_order", {"order_id": "ORD-1"})
     assert result.structured_content["status"] == "shipped"
     fault = simulator.registry.get().records[0].faults[0]
-    assert fault["applied"] is False and "no list" in fault["reason"]
+    assert fault.applied is False and "no list" in fault.reason
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -370,10 +371,10 @@ async def test_stale_answers_with_an_earlier_observation_even_after_a_write() ->
     STATUS["value"] = "shipped"
     assert first.structured_content["status"] == second.structured_content["status"] == "shipped"
     fault = simulator.registry.get().records[2].faults[0]
-    assert fault["stale_of"] == 1 and json.loads(fault["ground_truth"])["status"] == "cancelled"
-    assert simulator.registry.get().history[2].observation == fault["ground_truth"]
+    assert fault.stale_of == 1 and json.loads(fault.ground_truth)["status"] == "cancelled"
+    assert simulator.registry.get().history[2].observation == fault.ground_truth
     assert other.structured_content["id"] == "ORD-2"
-    assert simulator.registry.get().records[3].faults[0]["applied"] is False
+    assert simulator.registry.get().records[3].faults[0].applied is False
     assert len(model.calls) == 4  # ground_truth: true asks the world model too
 
 
@@ -404,7 +405,7 @@ async def test_wrong_content_reaches_this_prompt_only_and_keeps_the_truth() -> N
     prompts = [c["messages"][-1]["content"] for c in model.calls]
     assert ["Order ORD-1 shows delivered" in p for p in prompts] == [False, True, False]
     fault = simulator.registry.get().records[0].faults[0]
-    assert json.loads(fault["ground_truth"])["status"] == "shipped"
+    assert json.loads(fault.ground_truth)["status"] == "shipped"
     assert '"shipped"' in model.calls[2]["messages"][2]["content"]  # the history holds the truth
 
 
@@ -565,9 +566,9 @@ async def test_schedules_through_the_server_and_the_record_of_what_fired(tmp_pat
     assert fired_on("window-2-3") == [2, 3]
     # get_order: after-4 errors from call 5; the breaker (2 failures, cooldown 2) opens on call 7 and keeps failing
     assert fired_on("breaker") == [7, 8]
-    breaker = [f for r in simulator.registry.get().records for f in r.faults if f["name"] == "breaker"]
-    assert [(f["breaker"], f["applied"]) for f in breaker] == [("open", False), ("open", False)]
-    assert breaker[0]["reason"] == "after-4 already answered this call"
+    breaker = [f for r in simulator.registry.get().records for f in r.faults if f.name == "breaker"]
+    assert [(f.breaker, f.applied) for f in breaker] == [("open", False), ("open", False)]
+    assert breaker[0].reason == "after-4 already answered this call"
     ramp = fired_on("ramp")  # list_orders calls 1-2 already fail (first-2) but the ramp still decides
     assert 1 not in ramp and {5, 6, 7, 8} <= set(ramp)
     # the random schedule matches the pure decision for the same seed, call index, tool and arguments
@@ -575,7 +576,7 @@ async def test_schedules_through_the_server_and_the_record_of_what_fired(tmp_pat
     expected = [n for n in range(1, 9) if decide(11, coin, n, "get_report", {}) is not None]
     assert fired_on("coin") == expected
     # the trajectory file and world://faults list exactly these faults, call by call
-    recorded = [[f["name"] for f in r.get("faults", [])] for r in read_trajectory(trajectory)]
+    recorded = [[f.name for f in r.faults] for r in read_trajectory(trajectory)]
     assert recorded == fired
     assert [(f["index"], f["name"]) for f in resource["faults"]] == [
         (i, name) for i, names in enumerate(fired) for name in names
@@ -613,7 +614,7 @@ async def test_circuit_breaker_opens_on_upstream_errors_and_half_opens_after_the
     assert [r.is_error for r in results] == [True, True, True, True, False]
     assert results[2].content[0].text.startswith("Error: 503")  # open: fails fast, no model call
     assert len(model.calls) == 3  # calls 1, 2 and the half-open trial (call 5)
-    states = [[f["breaker"] for f in r.faults] for r in simulator.registry.get().records]
+    states = [[f.breaker for f in r.faults] for r in simulator.registry.get().records]
     assert states == [[], [], ["open"], ["open"], []]
 
 
@@ -678,6 +679,6 @@ async def test_bundled_fault_world_runs_without_simulator_errors() -> None:
         tools = [t.name for t in (await client.list_tools(cache_mode="refresh")).tools]
     records = simulator.registry.get().records
     assert not any((r.observation or "").startswith("Internal simulator error") for r in records)
-    kinds = {f["kind"] for r in records for f in r.faults if f["applied"]}
+    kinds = {f.kind for r in records for f in r.faults if f.applied}
     assert {"error", "counterfactual", "inject", "catalog"} <= kinds
     assert "get_payouts" in tools and "get_payout_schedule" not in tools

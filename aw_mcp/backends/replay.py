@@ -20,7 +20,7 @@ from aw_mcp.backends.base import (
     GenerationParams,
     ProgressCallback,
 )
-from aw_mcp.session import TrajectoryFormatError, read_trajectory
+from aw_mcp.records import TrajectoryFormatError, read_trajectory
 
 CallKey = tuple[str, str]
 
@@ -40,10 +40,10 @@ def _load(path: Path) -> dict[CallKey, list[Generation]]:
         raise BackendError(f"replay: {error}") from None
     answers: dict[CallKey, list[Generation]] = defaultdict(list)
     for record in records:
-        if record.get("raw") is None:
+        if record.raw is None:
             continue  # the call failed before the model answered; nothing to replay
-        answers[call_key(record["tool"], record.get("arguments", {}))].append(
-            Generation(text=record["raw"], reasoning=record.get("reasoning") or "")
+        answers[call_key(record.tool, record.arguments)].append(
+            Generation(text=record.raw, reasoning=record.reasoning or "")
         )
     return dict(answers)
 

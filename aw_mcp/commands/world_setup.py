@@ -14,7 +14,8 @@ from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resol
 from aw_mcp.bundled import resolve_world_path
 from aw_mcp.errors import UsageError
 from aw_mcp.presets import PRESET_NAMES, parse_preset
-from aw_mcp.session import SessionRegistry, TrajectoryWriter
+from aw_mcp.records import TrajectoryWriter
+from aw_mcp.session import SessionRegistry
 from aw_mcp.simulator import Simulator, params_from_settings
 from aw_mcp.templates import PromptDir, prompt_dir
 from aw_mcp.world import SpecIssue, WorldSpec, WorldSpecError, load_world
