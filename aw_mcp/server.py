@@ -233,14 +233,13 @@ async def backend_lifetime(app: WorldApp) -> AsyncIterator[None]:
 
     async def preload() -> None:
         try:
-            await backend.preload()  # type: ignore[attr-defined]
-            print(f"aw-mcp: {backend.name} model loaded", file=sys.stderr, flush=True)
+            if await backend.preload():
+                print(f"aw-mcp: {backend.name} model loaded", file=sys.stderr, flush=True)
         except BackendError as exc:  # calls will report it too; say it now, where the operator looks
             print(f"aw-mcp: {exc}", file=sys.stderr, flush=True)
 
     async with anyio.create_task_group() as tg:
-        if hasattr(backend, "preload"):
-            tg.start_soon(preload)
+        tg.start_soon(preload)
         try:
             yield
         finally:

@@ -22,6 +22,7 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
+    WorldModel,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,7 +123,7 @@ def anyio_backend() -> str:
 Answer = str | Generation | BaseException | Callable[[list[ChatMessage], CallRef | None], Any]
 
 
-class ScriptedWorldModel:
+class ScriptedWorldModel(WorldModel):
     """A world model that answers from a script: a list of answers consumed in order, or a function.
 
     Records every conversation it receives so tests can check what reached the prompt.

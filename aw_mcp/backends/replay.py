@@ -19,6 +19,7 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
+    WorldModel,
 )
 from aw_mcp.records import TrajectoryFormatError, read_trajectory
 
@@ -48,7 +49,7 @@ def _load(path: Path) -> dict[CallKey, list[Generation]]:
     return dict(answers)
 
 
-class ReplayWorldModel:
+class ReplayWorldModel(WorldModel):
     """Answers each tool call with the model output recorded for the same call."""
 
     name = "replay"
