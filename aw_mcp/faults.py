@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -28,10 +28,9 @@ from aw_mcp.perturb import (
     TruncateFault,
     uniform,
 )
+from aw_mcp.progress import Reporter
 from aw_mcp.prompting import render_result
 from aw_mcp.world import ToolSpec
-
-Reporter = Callable[[float, str], Awaitable[None]]
 
 # Default texts for injection slots (a world's `injections:` adds or overrides slots). Written for this project.
 BUILTIN_INJECTIONS: dict[str, str] = {

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -49,6 +48,7 @@ from aw_mcp.perturb import (
     TruncateFault,
     WrongContentFault,
 )
+from aw_mcp.progress import Reporter, monotonic
 from aw_mcp.prompting import (
     build_messages,
     messages_hash,
@@ -59,9 +59,6 @@ from aw_mcp.prompting import (
 from aw_mcp.records import CallRecord, FaultEntry
 from aw_mcp.session import RecordingError, SessionRegistry, WorldSession
 from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec
-
-Reporter = Callable[[float, str], Awaitable[None]]
-"""Progress sink: (monotonically increasing progress, message)."""
 
 # Tool-execution failures as a real API would phrase them; for `mcp` worlds such an observation is an isError result.
 _ERROR_TEXT = re.compile(
@@ -89,22 +86,6 @@ class CallOutcome:
 
 
 _SHAPE_FAULTS = (InjectFault, TruncateFault, EmptyFault, OversizedFault, MalformedFault)
-
-
-def monotonic(report: Reporter | None) -> Reporter | None:
-    """Progress must increase (MCP); a wait reports fractions and a generation token counts, so drop any step
-    back instead of sending it."""
-    if report is None:
-        return None
-    last = float("-inf")
-
-    async def forward(progress: float, message: str) -> None:
-        nonlocal last
-        if progress > last:
-            last = progress
-            await report(progress, message)
-
-    return forward
 
 
 def fault_entry(firing: Firing, **details: Any) -> FaultEntry:
