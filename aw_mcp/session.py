@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 
 from aw_mcp.context_budget import HISTORY_OBSERVATION_CHARS, clip_text, clip_value
-from aw_mcp.prompting import Turn, render_system_prompt
+from aw_mcp.prompting import Turn
 from aw_mcp.records import CallRecord, TrajectoryWriter, read_trajectory, utc_now
 from aw_mcp.world import WorldSpec
 
@@ -28,7 +28,6 @@ class WorldSession:
         world: WorldSpec,
         session_id: str = DEFAULT_SESSION,
         now: str | None = None,
-        template: str | None = None,
     ):
         self.world = world
         self.id = session_id
@@ -36,7 +35,6 @@ class WorldSession:
         self.history: list[Turn] = []
         self.records: list[CallRecord] = []
         self._next_index = 0
-        self.system_prompt = render_system_prompt(world, self.now, template)
         self.compacted = 0  # earliest history turns no longer shown to the world model (only grows)
         self.busy = 0  # calls in flight: a busy session is never evicted
         self.last_used = time.monotonic()
@@ -79,7 +77,6 @@ class SessionRegistry:
         self,
         world: WorldSpec,
         writer: TrajectoryWriter | None = None,
-        template: str | None = None,
         *,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_ttl_s: float | None = DEFAULT_SESSION_TTL_S,
@@ -87,7 +84,6 @@ class SessionRegistry:
     ):
         self.world = world
         self.writer = writer
-        self.template = template  # the system prompt template (None: the bundled one for the world's domain)
         self.max_sessions = max_sessions
         self.idle_ttl_s = idle_ttl_s
         self.clock = clock
@@ -108,7 +104,7 @@ class SessionRegistry:
                 raise SessionKeyError(
                     f"too many live world sessions ({self.max_sessions}); end one (DELETE) or wait for one to idle out"
                 )
-            session = self._sessions[key] = WorldSession(self.world, key, template=self.template)
+            session = self._sessions[key] = WorldSession(self.world, key)
         session.last_used = now
         return session
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,6 +56,7 @@ from aw_mcp.prompting import (
     parse_answer,
     parse_json_observation,
     render_result,
+    render_system_prompt,
 )
 from aw_mcp.records import CallRecord, FaultEntry
 from aw_mcp.session import RecordingError, SessionRegistry, WorldSession
@@ -134,8 +136,12 @@ class Simulator:
         registry: SessionRegistry | None = None,
         params: GenerationParams | None = None,
         output_retries: int | None = None,
+        template: str | None = None,
     ):
         self.world = world
+        self.template = template  # the system prompt template (None: the bundled one for the world's domain)
+        # Rendered once per session, at its first call; forgotten with the session.
+        self._system_prompts: weakref.WeakKeyDictionary[WorldSession, str] = weakref.WeakKeyDictionary()
         self.backend = backend
         self.registry = registry if registry is not None else SessionRegistry(world)
         self.params = params or params_from_settings(world.model)
@@ -156,6 +162,14 @@ class Simulator:
                 if p is not None and isinstance(p.fault, CatalogFault) and fault.applied:
                     if p.name not in self.catalog.applied:
                         self.catalog.apply(p.name, p.fault)
+
+    def system_prompt(self, session: WorldSession) -> str:
+        prompt = self._system_prompts.get(session)
+        if prompt is None:
+            prompt = self._system_prompts[session] = render_system_prompt(
+                self.world, session.now, self.template
+            )
+        return prompt
 
     def tool(self, name: str) -> ToolSpec:
         tool = self.catalog.get(name)
@@ -467,7 +481,7 @@ class Simulator:
             shown_notes = [compaction_note(start), *notes] if start else notes
             messages = build_messages(
                 self.world,
-                session.system_prompt,
+                self.system_prompt(session),
                 session.history[start:],
                 tool.name,
                 arguments,

@@ -161,9 +161,9 @@ def setup_world(args: argparse.Namespace) -> WorldSetup:
     )
     record_path = args.record or args.resume
     writer = TrajectoryWriter(record_path) if record_path else None
-    registry = SessionRegistry(world, writer, template)
+    registry = SessionRegistry(world, writer)
     if args.resume and Path(args.resume).exists():
         registry.resume(args.resume)
     backend = open_backend(choice, world.model, world, getattr(args, "trust_world_backend", False))
-    simulator = Simulator(world, backend, registry, params_from_settings(world.model))
+    simulator = Simulator(world, backend, registry, params_from_settings(world.model), template=template)
     return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts, choice)
