@@ -21,7 +21,6 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from aw_mcp import faults
 from aw_mcp.backends.base import BackendError, CallRef, Generation, GenerationParams, WorldModel
 from aw_mcp.context_budget import (
     DEFAULT_CONTEXT_TOKENS,
@@ -32,18 +31,19 @@ from aw_mcp.context_budget import (
 )
 from aw_mcp.errors import UserError
 from aw_mcp.ledger import ledger_notes
-from aw_mcp.perturb import (
+from aw_mcp.perturb import apply
+from aw_mcp.perturb.injections import BUILTIN_INJECTIONS
+from aw_mcp.perturb.planner import Firing, Planner
+from aw_mcp.perturb.spec import (
     CatalogFault,
     CounterfactualFault,
     EmptyFault,
     ErrorFault,
-    Firing,
     HangFault,
     InjectFault,
     LatencyFault,
     MalformedFault,
     OversizedFault,
-    Planner,
     ProtocolErrorFault,
     StaleFault,
     TruncateFault,
@@ -148,8 +148,8 @@ class Simulator:
         self.output_retries = world.model.output_retries if output_retries is None else output_retries
         self.perturbations = world.all_perturbations()
         self.planner = Planner(self.perturbations, world.seed)
-        self.catalog = faults.Catalog(world.tools)
-        self.slots = {**faults.BUILTIN_INJECTIONS, **world.injections}
+        self.catalog = apply.Catalog(world.tools)
+        self.slots = {**BUILTIN_INJECTIONS, **world.injections}
         self._replay_catalog_changes()
 
     def _replay_catalog_changes(self) -> None:
@@ -280,12 +280,12 @@ class Simulator:
         seed = self.world.seed
         values = {**arguments, "tool": tool.name}
         # Before the world model: latency, then an abort that replaces the answer.
-        delays = [(f, faults.latency_ms(seed, f, tool.name, arguments)) for f in fired(LatencyFault)]
+        delays = [(f, apply.latency_ms(seed, f, tool.name, arguments)) for f in fired(LatencyFault)]
         for firing, ms in delays:
             record.faults.append(fault_entry(firing, latency_ms=round(ms, 3)))
         if delays:
             every = min(f.perturbation.fault.progress_every_ms for f, _ in delays)  # type: ignore[union-attr]
-            await faults.wait_with_progress(sum(ms for _, ms in delays), every, report)
+            await apply.wait_with_progress(sum(ms for _, ms in delays), every, report)
         aborts = fired(HangFault, ProtocolErrorFault, ErrorFault)
         if aborts:
             for other in aborts[1:]:  # fired too, but one answer per call: the first in spec order wins
@@ -312,7 +312,7 @@ class Simulator:
         for firing in content:
             fault = firing.perturbation.fault
             assert isinstance(fault, WrongContentFault | CounterfactualFault)
-            instruction = faults.fill_template(fault.instruction, values)
+            instruction = apply.fill_template(fault.instruction, values)
             instructions.append(
                 f"Deliberate fault for this step only: {instruction} Make the observation look genuine and do "
                 "not mention this note."
@@ -346,13 +346,13 @@ class Simulator:
             if fault.seconds is None:
                 await anyio.sleep_forever()
             await anyio.sleep(fault.seconds or 0)
-            return CallOutcome(faults.timeout_text(tool.name, fault.seconds or 0), is_error=True)
+            return CallOutcome(apply.timeout_text(tool.name, fault.seconds or 0), is_error=True)
         if isinstance(fault, ProtocolErrorFault):
             record.faults.append(fault_entry(firing))
             text = f"JSON-RPC error {fault.code}: {fault.message}"
             return CallOutcome(text, is_error=True, protocol_error=(fault.code, fault.message))
         assert isinstance(fault, ErrorFault)
-        body = faults.error_body(fault, tool, arguments)
+        body = apply.error_body(fault, tool, arguments)
         record.faults.append(fault_entry(firing, **body.details))
         return CallOutcome(body.text, is_error=True)
 
@@ -368,7 +368,7 @@ class Simulator:
     ) -> CallOutcome | None:
         fault = firing.perturbation.fault
         assert isinstance(fault, StaleFault)
-        earlier = faults.earlier_observation(session.records, tool.name, arguments, fault.pick)
+        earlier = apply.earlier_observation(session.records, tool.name, arguments, fault.pick)
         if earlier is None:
             record.faults.append(
                 fault_entry(firing, applied=False, reason="no earlier observation of this call to repeat")
@@ -405,20 +405,20 @@ class Simulator:
                 )
             return outcome
         original = outcome.text
-        answer = faults.Answer(outcome.text, outcome.structured)
+        answer = apply.Answer(outcome.text, outcome.structured)
         for firing in shape:
             fault = firing.perturbation.fault
             if isinstance(fault, InjectFault):
-                result: faults.Answer | str = faults.inject(fault, tool, answer, self.slots, values)
+                result: apply.Answer | str = apply.inject(fault, tool, answer, self.slots, values)
             elif isinstance(fault, TruncateFault):
-                result = faults.truncate(fault, tool, answer)
+                result = apply.truncate(fault, tool, answer)
             elif isinstance(fault, EmptyFault):
-                result = faults.empty(fault, tool, answer)
+                result = apply.empty(fault, tool, answer)
             elif isinstance(fault, OversizedFault):
-                result = faults.oversized(fault, tool, answer)
+                result = apply.oversized(fault, tool, answer)
             else:
                 assert isinstance(fault, MalformedFault)
-                result = faults.malformed(fault, tool, answer)
+                result = apply.malformed(fault, tool, answer)
             if isinstance(result, str):
                 record.faults.append(fault_entry(firing, applied=False, reason=result))
                 continue

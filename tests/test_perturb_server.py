@@ -14,8 +14,8 @@ import anyio.lowlevel
 import pytest
 from mcp import Client, MCPError
 
-from aw_mcp import faults
-from aw_mcp.perturb import decide
+from aw_mcp.perturb import apply
+from aw_mcp.perturb.planner import decide
 from aw_mcp.records import TrajectoryWriter, read_trajectory
 from aw_mcp.server import FAULTS_URI, WorldApp, build_server
 from aw_mcp.session import SessionRegistry
@@ -100,7 +100,7 @@ def faults_of(simulator: Simulator) -> list[list[str]]:
 
 
 class FakeClock:
-    """Stands in for anyio's clock in `aw_mcp.faults`: a wait advances the clock at once and is written down, with
+    """Stands in for anyio's clock in `aw_mcp.perturb.apply`: a wait advances the clock at once and is written down, with
     how many world-model calls had been made when it began."""
 
     def __init__(self, model: ScriptedWorldModel):
@@ -122,7 +122,7 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[ScriptedWorldModel]
     def install(model: ScriptedWorldModel) -> FakeClock:
         clock = FakeClock(model)
         monkeypatch.setattr(
-            faults, "anyio", SimpleNamespace(current_time=clock.current_time, sleep=clock.sleep)
+            apply, "anyio", SimpleNamespace(current_time=clock.current_time, sleep=clock.sleep)
         )
         return clock
 

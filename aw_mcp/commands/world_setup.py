@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resolve_backend
 from aw_mcp.bundled import resolve_world_path
 from aw_mcp.errors import UsageError
-from aw_mcp.presets import PRESET_NAMES, parse_preset
+from aw_mcp.perturb.presets import PRESET_NAMES, parse_preset
 from aw_mcp.records import TrajectoryWriter
 from aw_mcp.session import SessionRegistry
 from aw_mcp.simulator import Simulator, params_from_settings
