@@ -13,7 +13,7 @@ from typing import Any
 
 from aw_mcp.context_budget import clip_value
 from aw_mcp.prompting import parse_json_observation
-from aw_mcp.session import CallRecord
+from aw_mcp.records import CallRecord
 from aw_mcp.world import ToolSpec
 
 MAX_ENTRIES = 20
@@ -62,14 +62,12 @@ def ledger_notes(
     entries: list[str] = []
     for record in sorted(records, key=lambda r: r.index):
         number = record.index + 1
-        for fault in record.faults:
-            if not fault.get("applied", True):
-                continue
-            if fault.get("kind") == "counterfactual":
-                entries.append(f"Since call #{number} this holds in the world: {fault['instruction']}")
-            elif fault.get("kind") == "wrong_content" and record.truth is None:
+        for fault in record.applied_faults():
+            if fault.kind == "counterfactual":
+                entries.append(f"Since call #{number} this holds in the world: {fault.instruction}")
+            elif fault.kind == "wrong_content" and record.truth is None:
                 entries.append(
-                    f"Call #{number} ({record.tool}) deliberately showed wrong content ({fault['instruction']}); "
+                    f"Call #{number} ({record.tool}) deliberately showed wrong content ({fault.instruction}); "
                     "the true state did not change."
                 )
         if not include_writes or record.error is not None or record.is_error or record.observation is None:

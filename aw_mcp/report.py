@@ -10,21 +10,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aw_mcp.session import read_trajectory
+from aw_mcp.records import CallRecord, FaultEntry, read_trajectory
 
 _OK, _ERROR, _FAULT = "#3b7dd8", "#d83b3b", "#e0a030"
+
+
+@dataclass(frozen=True)
+class FiredFault:
+    """A fault entry with the call it fired on."""
+
+    index: int
+    tool: str
+    entry: FaultEntry
 
 
 @dataclass
 class Summary:
     path: str
-    calls: list[dict[str, Any]]
+    calls: list[CallRecord]
     sessions: list[str]
     per_tool: Counter[str] = field(default_factory=Counter)
     errors_per_tool: Counter[str] = field(default_factory=Counter)
-    faults: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # each fault entry plus its call's index and tool
+    faults: list[FiredFault] = field(default_factory=list)
     judgements: list[dict[str, Any]] = field(
         default_factory=list
     )  # `aw-mcp judge` results, one per judged call
@@ -39,7 +46,7 @@ class Summary:
 
     @property
     def latencies(self) -> list[float]:
-        return [float(c.get("latency_ms") or 0.0) for c in self.calls]
+        return [c.latency_ms for c in self.calls]
 
     @property
     def errors(self) -> int:
@@ -49,8 +56,8 @@ class Summary:
         """name → (kind, applied count, not-applied count), in first-fired order."""
         out: dict[str, list[Any]] = {}
         for f in self.faults:
-            row = out.setdefault(f["name"], [f.get("kind", "?"), 0, 0])
-            row[1 if f.get("applied", True) else 2] += 1
+            row = out.setdefault(f.entry.name, [f.entry.kind, 0, 0])
+            row[1 if f.entry.applied else 2] += 1
         return {k: (v[0], v[1], v[2]) for k, v in out.items()}
 
 
@@ -75,15 +82,13 @@ def read_judgements(trajectory: str | Path) -> list[dict[str, Any]]:
 
 def summarize(path: str | Path) -> Summary:
     calls = list(read_trajectory(path))
-    summary = Summary(str(path), calls, sorted({str(c.get("session")) for c in calls}))
+    summary = Summary(str(path), calls, sorted({str(c.session) for c in calls}))
     summary.judgements = read_judgements(path)
     for call in calls:
-        tool = str(call.get("tool"))
-        summary.per_tool[tool] += 1
-        if call.get("is_error") or call.get("error"):
-            summary.errors_per_tool[tool] += 1
-        for fault in call.get("faults") or []:
-            summary.faults.append({**fault, "index": call.get("index"), "tool": tool})
+        summary.per_tool[call.tool] += 1
+        if call.is_error or call.error:
+            summary.errors_per_tool[call.tool] += 1
+        summary.faults += [FiredFault(call.index, call.tool, fault) for fault in call.faults]
     return summary
 
 
@@ -103,7 +108,7 @@ def text_summary(summary: Summary) -> str:
         f"{summary.path}: {n} call(s) in {len(summary.sessions)} session(s), {len(summary.per_tool)} tool(s), "
         f"{summary.errors} error(s)" + (f" ({summary.errors / n:.0%})" if n else ""),
     ]
-    notices = Counter(str(c["notice"]) for c in summary.calls if c.get("notice"))
+    notices = Counter(c.notice for c in summary.calls if c.notice)
     for notice, count in notices.items():  # answers that are not the world model's (the demo backend)
         lines.append(f"NOTE: {count} call(s): {notice}")
     if n:
@@ -171,9 +176,9 @@ def histogram_svg(latencies: list[float], bins: int = 20, width: int = 640, heig
     return _svg(width, height, body, "latency histogram")
 
 
-def timeline_svg(calls: list[dict[str, Any]], width: int = 900) -> str:
+def timeline_svg(calls: list[CallRecord], width: int = 900) -> str:
     """One row per tool, one mark per call in call order: blue ok, red error, amber when a fault fired."""
-    tools = list(dict.fromkeys(str(c.get("tool")) for c in calls))
+    tools = list(dict.fromkeys(c.tool for c in calls))
     row_h, left, top = 22, 170, 10
     height = top + row_h * max(1, len(tools)) + 30
     plot_w = width - left - 10
@@ -186,14 +191,14 @@ def timeline_svg(calls: list[dict[str, Any]], width: int = 900) -> str:
         body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#eee"/>')
     step = plot_w / max(1, len(calls))
     for i, call in enumerate(calls):
-        fired = [f for f in call.get("faults") or [] if f.get("applied", True)]
-        failed = bool(call.get("is_error") or call.get("error"))
+        fired = call.applied_faults()
+        failed = bool(call.is_error or call.error)
         colour = _FAULT if fired else (_ERROR if failed else _OK)
         x = left + (i + 0.5) * step
-        y = top + tools.index(str(call.get("tool"))) * row_h + row_h / 2
-        title = f"call {call.get('index')}: {call.get('tool')} {float(call.get('latency_ms') or 0):.0f} ms"
+        y = top + tools.index(call.tool) * row_h + row_h / 2
+        title = f"call {call.index}: {call.tool} {call.latency_ms:.0f} ms"
         if fired:
-            title += " — " + ", ".join(f"{f.get('name')} ({f.get('kind')})" for f in fired)
+            title += " — " + ", ".join(f"{f.name} ({f.kind})" for f in fired)
         if failed:
             title += " — error"
         body.append(
@@ -289,14 +294,14 @@ def html_report(summary: Summary) -> str:
     ]
     fault_rows = []
     for f in summary.faults:
-        details = {k: v for k, v in f.items() if k not in ("name", "kind", "index", "tool", "ground_truth")}
-        truth = f.get("ground_truth")
+        details = {k: v for k, v in f.entry.to_json().items() if k not in ("name", "kind", "ground_truth")}
+        truth = f.entry.ground_truth
         fault_rows.append(
             [
-                str(f.get("index")),
-                esc(str(f.get("tool"))),
-                esc(str(f.get("name"))),
-                esc(str(f.get("kind"))),
+                str(f.index),
+                esc(f.tool),
+                esc(f.entry.name),
+                esc(f.entry.kind),
                 f"<code>{esc(str(details))}</code>",
                 f"<pre>{esc(str(truth)[:2000])}</pre>" if truth is not None else "",
             ]

@@ -77,7 +77,7 @@ def faults_document(app: WorldApp, session_key_: str | None) -> dict[str, Any]:
     """Every perturbation that fired in this session, call by call (the `world://faults` resource)."""
     session = world_session(app, session_key_)
     fired = [
-        {"index": r.index, "tool": r.tool, "arguments": r.arguments, "time": r.time, **fault}
+        {"index": r.index, "tool": r.tool, "arguments": r.arguments, "time": r.time, **fault.to_json()}
         for r in sorted(session.records, key=lambda r: r.index)
         for fault in r.faults
     ]
@@ -198,9 +198,7 @@ def build_server(app: WorldApp) -> Server[Any]:
             text, mime = app.spec_text, "application/yaml"
         elif params.uri == TRAJECTORY_URI:
             session = world_session(app, session_key(ctx))
-            text = "".join(
-                json.dumps(r.to_json(), ensure_ascii=False, default=str) + "\n" for r in session.records
-            )
+            text = "".join(r.to_line() + "\n" for r in session.records)
             mime = "application/jsonl"
         elif params.uri == FAULTS_URI:
             document = faults_document(app, session_key(ctx))
@@ -235,14 +233,13 @@ async def backend_lifetime(app: WorldApp) -> AsyncIterator[None]:
 
     async def preload() -> None:
         try:
-            await backend.preload()  # type: ignore[attr-defined]
-            print(f"aw-mcp: {backend.name} model loaded", file=sys.stderr, flush=True)
+            if await backend.preload():
+                print(f"aw-mcp: {backend.name} model loaded", file=sys.stderr, flush=True)
         except BackendError as exc:  # calls will report it too; say it now, where the operator looks
             print(f"aw-mcp: {exc}", file=sys.stderr, flush=True)
 
     async with anyio.create_task_group() as tg:
-        if hasattr(backend, "preload"):
-            tg.start_soon(preload)
+        tg.start_soon(preload)
         try:
             yield
         finally:

@@ -1,133 +1,23 @@
-"""World sessions: the history each simulated world keeps between calls, and its append-only trajectory."""
+"""World sessions: the history each simulated world keeps between calls (its trajectory lines: records.py)."""
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 
 from aw_mcp.context_budget import HISTORY_OBSERVATION_CHARS, clip_text, clip_value
-from aw_mcp.errors import UserError
-from aw_mcp.prompting import Turn, render_system_prompt
+from aw_mcp.prompting import Turn
+from aw_mcp.records import CallRecord, TrajectoryWriter, read_trajectory, utc_now
 from aw_mcp.world import WorldSpec
 
-log = logging.getLogger(__name__)
-
-TRAJECTORY_VERSION = 1
 DEFAULT_SESSION = "default"
 DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_SESSION_TTL_S = 3600.0
 MAX_SESSION_KEY_CHARS = 128
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass
-class CallRecord:
-    """One line of the trajectory: everything needed to audit, report on or replay one tool call."""
-
-    world: str
-    session: str
-    index: int
-    tool: str
-    arguments: dict[str, Any]
-    time: str = field(default_factory=utc_now)
-    messages_hash: str | None = None
-    raw: str | None = None
-    reasoning: str | None = None
-    observation: str | None = None
-    structured: Any = None
-    is_error: bool = False
-    latency_ms: float = 0.0
-    error: str | None = None
-    faults: list[dict[str, Any]] = field(default_factory=list)
-    attempts: int = 0
-    # When a fault changed what the agent saw: the world model's own observation, which the history keeps.
-    truth: str | None = None
-    # False when no world-model answer belongs in the history (an injected error, a stale answer).
-    in_history: bool = True
-    # Set when the answers are not the world model's (the demo backend): what produced them instead.
-    notice: str | None = None
-    # Earliest turns left out of this call's prompt to fit the model's context (0: the whole history was shown).
-    compacted: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"v": TRAJECTORY_VERSION, "type": "call", **self.__dict__}
-
-
-class TrajectoryWriter:
-    """Appends one JSON line per call and flushes it at once, so a crash loses nothing already answered."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Owner-only: arguments and observations may hold whatever the agent and the world model wrote.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = os.fdopen(fd, "a", encoding="utf-8")
-        self._lock = threading.Lock()
-
-    def write(self, record: CallRecord) -> None:
-        """Blocking (fsync): from async code call `await anyio.to_thread.run_sync(writer.write, record)`."""
-        line = json.dumps(record.to_json(), ensure_ascii=False, default=str)
-        with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
-
-
-class TrajectoryFormatError(UserError, ValueError):
-    pass
-
-
-def read_trajectory(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The call records of a trajectory file, in order. Raises TrajectoryFormatError naming file and line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        lines = text.splitlines()
-    except FileNotFoundError:
-        raise TrajectoryFormatError(f"{path}: trajectory file does not exist") from None
-    except OSError as exc:
-        raise TrajectoryFormatError(f"{path}: cannot read trajectory: {exc.strerror or exc}") from None
-    # A crash mid-write leaves a last line without its newline; that call never completed, so nothing is lost.
-    torn = len(lines) if lines and not text.endswith("\n") else 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == torn:
-                log.warning("%s:%d: ignoring a torn last line (%s)", path, number, exc.msg)
-                return
-            raise TrajectoryFormatError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise TrajectoryFormatError(
-                f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
-            )
-        if record.get("type", "call") != "call":
-            continue  # session headers and other non-call lines
-        if not isinstance(record.get("tool"), str) or not isinstance(record.get("arguments", {}), dict):
-            raise TrajectoryFormatError(
-                f"{path}:{number}: a call record needs a string 'tool' and object 'arguments'"
-            )
-        yield record
 
 
 class WorldSession:
@@ -138,7 +28,6 @@ class WorldSession:
         world: WorldSpec,
         session_id: str = DEFAULT_SESSION,
         now: str | None = None,
-        template: str | None = None,
     ):
         self.world = world
         self.id = session_id
@@ -146,7 +35,6 @@ class WorldSession:
         self.history: list[Turn] = []
         self.records: list[CallRecord] = []
         self._next_index = 0
-        self.system_prompt = render_system_prompt(world, self.now, template)
         self.compacted = 0  # earliest history turns no longer shown to the world model (only grows)
         self.busy = 0  # calls in flight: a busy session is never evicted
         self.last_used = time.monotonic()
@@ -164,12 +52,10 @@ class WorldSession:
             arguments = clip_value(record.arguments)
             self.history.append(Turn(record.tool, arguments, clip_text(seen, HISTORY_OBSERVATION_CHARS)))
 
-    def restore(self, record: dict[str, Any]) -> None:
+    def restore(self, record: CallRecord) -> None:
         """Replay a recorded call into this session (for --resume)."""
-        fields = {k: record[k] for k in CallRecord.__dataclass_fields__ if k in record}
-        rec = CallRecord(**{**fields, "faults": record.get("faults") or []})
-        self._next_index = max(self._next_index, rec.index + 1)
-        self.add(rec)
+        self._next_index = max(self._next_index, record.index + 1)
+        self.add(record)
 
 
 class SessionKeyError(ValueError):
@@ -191,7 +77,6 @@ class SessionRegistry:
         self,
         world: WorldSpec,
         writer: TrajectoryWriter | None = None,
-        template: str | None = None,
         *,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_ttl_s: float | None = DEFAULT_SESSION_TTL_S,
@@ -199,7 +84,6 @@ class SessionRegistry:
     ):
         self.world = world
         self.writer = writer
-        self.template = template  # the system prompt template (None: the bundled one for the world's domain)
         self.max_sessions = max_sessions
         self.idle_ttl_s = idle_ttl_s
         self.clock = clock
@@ -220,7 +104,7 @@ class SessionRegistry:
                 raise SessionKeyError(
                     f"too many live world sessions ({self.max_sessions}); end one (DELETE) or wait for one to idle out"
                 )
-            session = self._sessions[key] = WorldSession(self.world, key, template=self.template)
+            session = self._sessions[key] = WorldSession(self.world, key)
         session.last_used = now
         return session
 
@@ -280,9 +164,9 @@ class SessionRegistry:
         count = 0
         last_session = None
         for record in read_trajectory(path):
-            if record.get("world") not in (None, self.world.name):
+            if record.world not in (None, self.world.name):
                 continue
-            key = str(record.get("session") or DEFAULT_SESSION)[:MAX_SESSION_KEY_CHARS]
+            key = (record.session or DEFAULT_SESSION)[:MAX_SESSION_KEY_CHARS]
             self.get(key).restore(record)
             last_session, count = key, count + 1
         if last_session is not None:

@@ -3,10 +3,10 @@
 Every failure inside a call becomes an `isError` outcome the agent can read; only an unknown tool is a protocol
 error (the server maps UnknownToolError to JSON-RPC -32602), and a `protocol_error` fault asks for one on purpose.
 
-Perturbations that fire on one call are applied in this order (see README, "Perturbations"): latency (their delays
-add up) → the first of hang / protocol_error / error in spec order (the world model is not asked) → stale →
-wrong_content / counterfactual instructions → the world model → inject / truncate / empty / oversized / malformed in
-spec order → catalog changes, which take effect after the call.
+The perturbations that fire on one call are applied by `perturb/phases.py` in two phases, each called once here:
+before the world model (latency, hang / protocol_error / error, stale, content instructions) and after it (inject,
+truncate, empty, oversized, malformed; then catalog changes). Their order is listed there and in the README,
+"Perturbations".
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from aw_mcp import faults
 from aw_mcp.backends.base import BackendError, CallRef, Generation, GenerationParams, WorldModel
 from aw_mcp.context_budget import (
     DEFAULT_CONTEXT_TOKENS,
@@ -32,35 +31,23 @@ from aw_mcp.context_budget import (
 )
 from aw_mcp.errors import UserError
 from aw_mcp.ledger import ledger_notes
-from aw_mcp.perturb import (
-    CatalogFault,
-    CounterfactualFault,
-    EmptyFault,
-    ErrorFault,
-    Firing,
-    HangFault,
-    InjectFault,
-    LatencyFault,
-    MalformedFault,
-    OversizedFault,
-    Planner,
-    ProtocolErrorFault,
-    StaleFault,
-    TruncateFault,
-    WrongContentFault,
-)
+from aw_mcp.perturb import apply
+from aw_mcp.perturb.injections import BUILTIN_INJECTIONS
+from aw_mcp.perturb.phases import CallPerturbation
+from aw_mcp.perturb.planner import Planner
+from aw_mcp.perturb.spec import CatalogFault
+from aw_mcp.progress import Reporter, monotonic
 from aw_mcp.prompting import (
     build_messages,
     messages_hash,
     parse_answer,
     parse_json_observation,
     render_result,
+    render_system_prompt,
 )
-from aw_mcp.session import CallRecord, RecordingError, SessionRegistry, WorldSession
+from aw_mcp.records import CallRecord
+from aw_mcp.session import RecordingError, SessionRegistry, WorldSession
 from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec
-
-Reporter = Callable[[float, str], Awaitable[None]]
-"""Progress sink: (monotonically increasing progress, message)."""
 
 # Tool-execution failures as a real API would phrase them; for `mcp` worlds such an observation is an isError result.
 _ERROR_TEXT = re.compile(
@@ -85,44 +72,6 @@ class CallOutcome:
         None  # (JSON-RPC code, message): answer with an error, not a result
     )
     catalog_changed: bool = False  # the tool list changed: the server notifies clients
-
-
-_SHAPE_FAULTS = (InjectFault, TruncateFault, EmptyFault, OversizedFault, MalformedFault)
-
-
-def monotonic(report: Reporter | None) -> Reporter | None:
-    """Progress must increase (MCP); a wait reports fractions and a generation token counts, so drop any step
-    back instead of sending it."""
-    if report is None:
-        return None
-    last = float("-inf")
-
-    async def forward(progress: float, message: str) -> None:
-        nonlocal last
-        if progress > last:
-            last = progress
-            await report(progress, message)
-
-    return forward
-
-
-def fault_entry(firing: Firing, **details: Any) -> dict[str, Any]:
-    """How a fired perturbation appears in the trajectory's `faults` list and in `world://faults`."""
-    p = firing.perturbation
-    entry: dict[str, Any] = {
-        "name": p.name,
-        "kind": p.fault.kind,
-        "parameters": p.fault.model_dump(exclude={"kind"}, exclude_defaults=True),
-        "schedule": p.schedule.model_dump(exclude_defaults=True) | {"mode": p.schedule.mode},
-        "call": firing.n,
-        "applied": True,
-    }
-    if firing.state is not None:
-        entry["breaker"] = firing.state
-    if firing.scale != 1.0:
-        entry["scale"] = round(firing.scale, 6)
-    entry.update(details)
-    return entry
 
 
 def params_from_settings(settings: ModelSettings) -> GenerationParams:
@@ -152,16 +101,20 @@ class Simulator:
         registry: SessionRegistry | None = None,
         params: GenerationParams | None = None,
         output_retries: int | None = None,
+        template: str | None = None,
     ):
         self.world = world
+        self.template = template  # the system prompt template (None: the bundled one for the world's domain)
+        # Rendered once per session, at its first call; forgotten with the session.
+        self._system_prompts: weakref.WeakKeyDictionary[WorldSession, str] = weakref.WeakKeyDictionary()
         self.backend = backend
         self.registry = registry if registry is not None else SessionRegistry(world)
         self.params = params or params_from_settings(world.model)
         self.output_retries = world.model.output_retries if output_retries is None else output_retries
         self.perturbations = world.all_perturbations()
         self.planner = Planner(self.perturbations, world.seed)
-        self.catalog = faults.Catalog(world.tools)
-        self.slots = {**faults.BUILTIN_INJECTIONS, **world.injections}
+        self.catalog = apply.Catalog(world.tools)
+        self.slots = {**BUILTIN_INJECTIONS, **world.injections}
         self._replay_catalog_changes()
 
     def _replay_catalog_changes(self) -> None:
@@ -170,10 +123,18 @@ class Simulator:
         records = sorted((r for s in self.registry.sessions() for r in s.records), key=lambda r: r.time)
         for record in records:
             for fault in record.faults:
-                p = by_name.get(fault.get("name", ""))
-                if p is not None and isinstance(p.fault, CatalogFault) and fault.get("applied", True):
+                p = by_name.get(fault.name)
+                if p is not None and isinstance(p.fault, CatalogFault) and fault.applied:
                     if p.name not in self.catalog.applied:
                         self.catalog.apply(p.name, p.fault)
+
+    def system_prompt(self, session: WorldSession) -> str:
+        prompt = self._system_prompts.get(session)
+        if prompt is None:
+            prompt = self._system_prompts[session] = render_system_prompt(
+                self.world, session.now, self.template
+            )
+        return prompt
 
     def tool(self, name: str) -> ToolSpec:
         tool = self.catalog.get(name)
@@ -231,7 +192,7 @@ class Simulator:
         if record.observation is None:  # what the agent saw, even for failures
             record.observation = outcome.text
         outcome.record = record
-        outcome.catalog_changed = any(f["kind"] == "catalog" and f["applied"] for f in record.faults)
+        outcome.catalog_changed = any(f.kind == "catalog" for f in record.applied_faults())
         try:
             await self.registry.commit(session, record)
         except RecordingError as exc:  # the world did not take this call in: neither may the agent
@@ -261,179 +222,55 @@ class Simulator:
         ]
         pending = [p for p in self.perturbations if p.name not in self.catalog.applied]
         firings = self.planner.plan(session.id, history, tool.name, arguments, only=pending)
+        perturbation = CallPerturbation(
+            firings,
+            seed=self.world.seed,
+            tool=tool,
+            arguments=arguments,
+            record=record,
+            slots=self.slots,
+            catalog=self.catalog,
+        )
         try:
-            return await self._perturbed(tool, arguments, session, record, report, firings)
+            return await self._perturbed(perturbation, tool, arguments, session, record, report)
         finally:
-            for firing in firings:  # catalog changes take effect after the call, whatever its outcome
-                fault = firing.perturbation.fault
-                if isinstance(fault, CatalogFault) and firing.name not in self.catalog.applied:
-                    record.faults.append(fault_entry(firing, **self.catalog.apply(firing.name, fault)))
+            perturbation.change_catalog()
 
     async def _perturbed(
         self,
+        perturbation: CallPerturbation,
         tool: ToolSpec,
         arguments: dict[str, Any],
         session: WorldSession,
         record: CallRecord,
         report: Reporter | None,
-        firings: list[Firing],
     ) -> CallOutcome:
-        def fired(*kinds: type) -> list[Firing]:
-            return [f for f in firings if isinstance(f.perturbation.fault, kinds)]
+        """perturb (before) → prompt → world model → parse → perturb (after)."""
+        notes: list[str] | None = None
 
-        seed = self.world.seed
-        values = {**arguments, "tool": tool.name}
-        # Before the world model: latency, then an abort that replaces the answer.
-        delays = [(f, faults.latency_ms(seed, f, tool.name, arguments)) for f in fired(LatencyFault)]
-        for firing, ms in delays:
-            record.faults.append(fault_entry(firing, latency_ms=round(ms, 3)))
-        if delays:
-            every = min(f.perturbation.fault.progress_every_ms for f, _ in delays)  # type: ignore[union-attr]
-            await faults.wait_with_progress(sum(ms for _, ms in delays), every, report)
-        aborts = fired(HangFault, ProtocolErrorFault, ErrorFault)
-        if aborts:
-            for other in aborts[1:]:  # fired too, but one answer per call: the first in spec order wins
-                reason = f"{aborts[0].name} already answered this call"
-                record.faults.append(fault_entry(other, applied=False, reason=reason))
-            return await self._abort(aborts[0], tool, arguments, record)
-
-        notes = ledger_notes(
-            session.records, self._tool_or_original, include_writes=self.world.domain == "mcp"
-        )
-        if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
-            notes.append(f"This tool was added to the API during the session; its definition: {tool.wire()}")
-        stale = fired(StaleFault)
-        if stale:
-            outcome = await self._stale(stale[0], tool, arguments, session, record, report, notes)
-            if outcome is not None:
-                return outcome
-
-        content = fired(WrongContentFault, CounterfactualFault)
-        truth: CallOutcome | None = None
-        if any(f.perturbation.fault.ground_truth for f in content):  # type: ignore[union-attr]
-            truth = await self._generate(tool, arguments, session, record, report, notes)
-        instructions = []
-        for firing in content:
-            fault = firing.perturbation.fault
-            assert isinstance(fault, WrongContentFault | CounterfactualFault)
-            instruction = faults.fill_template(fault.instruction, values)
-            instructions.append(
-                f"Deliberate fault for this step only: {instruction} Make the observation look genuine and do "
-                "not mention this note."
-                if isinstance(fault, WrongContentFault)
-                else f"From this step on this is true in the world: {instruction} Write the observation "
-                "accordingly, keep to it in later steps, and do not mention this note."
-            )
-            entry = fault_entry(firing, instruction=instruction)
-            if truth is not None:
-                entry["ground_truth"] = truth.text
-            record.faults.append(entry)
-        outcome = await self._generate(tool, arguments, session, record, report, notes + instructions)
-        if (
-            truth is not None
-            and not truth.is_error
-            and all(isinstance(f.perturbation.fault, WrongContentFault) for f in content)
-        ):
-            record.truth = truth.text  # a wrong reading: the world itself did not change
-
-        shape = fired(*_SHAPE_FAULTS)
-        return self._reshape(shape, tool, values, record, outcome) if shape else outcome
-
-    async def _abort(
-        self, firing: Firing, tool: ToolSpec, arguments: dict[str, Any], record: CallRecord
-    ) -> CallOutcome:
-        """An answer that never reaches the world model; the call leaves no trace in the world's history."""
-        fault = firing.perturbation.fault
-        record.in_history = False
-        if isinstance(fault, HangFault):
-            record.faults.append(fault_entry(firing))
-            if fault.seconds is None:
-                await anyio.sleep_forever()
-            await anyio.sleep(fault.seconds or 0)
-            return CallOutcome(faults.timeout_text(tool.name, fault.seconds or 0), is_error=True)
-        if isinstance(fault, ProtocolErrorFault):
-            record.faults.append(fault_entry(firing))
-            text = f"JSON-RPC error {fault.code}: {fault.message}"
-            return CallOutcome(text, is_error=True, protocol_error=(fault.code, fault.message))
-        assert isinstance(fault, ErrorFault)
-        body = faults.error_body(fault, tool, arguments)
-        record.faults.append(fault_entry(firing, **body.details))
-        return CallOutcome(body.text, is_error=True)
-
-    async def _stale(
-        self,
-        firing: Firing,
-        tool: ToolSpec,
-        arguments: dict[str, Any],
-        session: WorldSession,
-        record: CallRecord,
-        report: Reporter | None,
-        notes: list[str],
-    ) -> CallOutcome | None:
-        fault = firing.perturbation.fault
-        assert isinstance(fault, StaleFault)
-        earlier = faults.earlier_observation(session.records, tool.name, arguments, fault.pick)
-        if earlier is None:
-            record.faults.append(
-                fault_entry(firing, applied=False, reason="no earlier observation of this call to repeat")
-            )
-            return None
-        entry = fault_entry(firing, stale_of=earlier.index + 1)
-        record.faults.append(entry)
-        if fault.ground_truth:
-            truth = await self._generate(tool, arguments, session, record, report, notes)
-            entry["ground_truth"] = truth.text
-            if truth.is_error:
-                record.in_history = False
-            else:
-                record.truth = truth.text
-        else:
-            record.in_history = False
-        record.observation, record.structured = earlier.observation, earlier.structured
-        text = render_result(earlier.structured) if earlier.structured is not None else earlier.observation
-        return CallOutcome(text, structured=earlier.structured)
-
-    def _reshape(
-        self,
-        shape: list[Firing],
-        tool: ToolSpec,
-        values: dict[str, Any],
-        record: CallRecord,
-        outcome: CallOutcome,
-    ) -> CallOutcome:
-        """Faults on the answer itself, in spec order; each changes what the agent sees, never the world."""
-        if outcome.is_error:
-            for firing in shape:
-                record.faults.append(
-                    fault_entry(firing, applied=False, reason="the world model answered with an error")
+        async def generate(extra: list[str]) -> CallOutcome:
+            nonlocal notes
+            if notes is None:  # what earlier calls established, read once the before-phase's waits are over
+                notes = ledger_notes(
+                    session.records, self._tool_or_original, include_writes=self.world.domain == "mcp"
                 )
+                if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
+                    notes.append(
+                        f"This tool was added to the API during the session; its definition: {tool.wire()}"
+                    )
+            return await self._generate(tool, arguments, session, record, report, notes + extra)
+
+        early = await perturbation.before(session.records, report, generate)
+        if early.answer is not None:
+            answer = early.answer
+            return CallOutcome(
+                answer.text, answer.structured, answer.is_error, protocol_error=early.protocol_error
+            )
+        outcome = await generate(early.notes)
+        changed = perturbation.after(outcome)
+        if changed is None:
             return outcome
-        original = outcome.text
-        answer = faults.Answer(outcome.text, outcome.structured)
-        for firing in shape:
-            fault = firing.perturbation.fault
-            if isinstance(fault, InjectFault):
-                result: faults.Answer | str = faults.inject(fault, tool, answer, self.slots, values)
-            elif isinstance(fault, TruncateFault):
-                result = faults.truncate(fault, tool, answer)
-            elif isinstance(fault, EmptyFault):
-                result = faults.empty(fault, tool, answer)
-            elif isinstance(fault, OversizedFault):
-                result = faults.oversized(fault, tool, answer)
-            else:
-                assert isinstance(fault, MalformedFault)
-                result = faults.malformed(fault, tool, answer)
-            if isinstance(result, str):
-                record.faults.append(fault_entry(firing, applied=False, reason=result))
-                continue
-            record.faults.append(fault_entry(firing, ground_truth=original))
-            answer = result
-        if answer.text == original and answer.structured == outcome.structured:
-            return outcome
-        if record.truth is None:
-            record.truth = original
-        record.observation, record.structured = answer.text, answer.structured
-        return CallOutcome(answer.text, structured=answer.structured, is_error=answer.is_error)
+        return CallOutcome(changed.text, structured=changed.structured, is_error=changed.is_error)
 
     def _tool_or_original(self, name: str) -> ToolSpec | None:
         return self.catalog.get(name) or self.world.tool(name)
@@ -485,7 +322,7 @@ class Simulator:
             shown_notes = [compaction_note(start), *notes] if start else notes
             messages = build_messages(
                 self.world,
-                session.system_prompt,
+                self.system_prompt(session),
                 session.history[start:],
                 tool.name,
                 arguments,

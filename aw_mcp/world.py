@@ -17,8 +17,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, Domain
 from aw_mcp.errors import UserError
-from aw_mcp.perturb import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
-from aw_mcp.presets import PresetRef, expand_presets, normalize_preset
+from aw_mcp.perturb.injections import BUILTIN_INJECTIONS
+from aw_mcp.perturb.presets import PresetRef, expand_presets, normalize_preset
+from aw_mcp.perturb.spec import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.schema_check import keyword_problems, ref_problem
 from aw_mcp.spec_model import StrictSpecModel
 from aw_mcp.spec_source import PathKey, SpecSource, SpecSyntaxError, parse_yaml, read_yaml
@@ -400,8 +401,6 @@ class WorldSpec(StrictSpecModel):
 
     def perturbation_problems(self) -> list[tuple[PathKey, str]]:
         """Checks that need the whole world (tool names, declared errors, slots), each with its YAML location."""
-        from aw_mcp.faults import BUILTIN_INJECTIONS  # faults imports this module
-
         problems: list[tuple[PathKey, str]] = []
         names = [t.name for t in self.tools]
         added: list[str] = []

@@ -1,9 +1,13 @@
-"""Shared test fixtures: anyio on asyncio, a scripted in-process world model, and a small world."""
+"""Shared test fixtures: anyio on asyncio, a scripted in-process world model, a small world, free ports and
+servers started as subprocesses, and the `slow` lane (`python -m pytest -m "not slow"` skips it)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -18,9 +22,67 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
+    WorldModel,
 )
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Folders whose every test loads torch models or runs Triton kernels through the interpreter: the slow lane.
+SLOW_FOLDERS = ("engine", "kernels")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = [REPO / "tests" / name for name in SLOW_FOLDERS]
+    for item in items:
+        if any(item.path.is_relative_to(folder) for folder in slow):
+            item.add_marker(pytest.mark.slow)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def serving(
+    command: Sequence[str],
+    ready: Callable[[], bool],
+    *,
+    within_s: float = 30,
+    stop_within_s: float = 20,
+    **popen: Any,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server subprocess (stderr piped), yielded once `ready()` holds; terminated on the way out. Fails with the
+    server's stderr if it exits first, or after `within_s` (a deadline for a hung start, not a speed check)."""
+    process = subprocess.Popen(list(command), stderr=subprocess.PIPE, **popen)
+    try:
+        deadline = time.monotonic() + within_s
+        while not ready():
+            if process.poll() is not None:
+                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                pytest.fail(f"server exited with {process.returncode} before it was ready:\n{stderr[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"server not ready after {within_s}s: {' '.join(command)}")
+            time.sleep(0.1)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=stop_within_s)
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
 
 
 @contextmanager
@@ -61,7 +123,7 @@ def anyio_backend() -> str:
 Answer = str | Generation | BaseException | Callable[[list[ChatMessage], CallRef | None], Any]
 
 
-class ScriptedWorldModel:
+class ScriptedWorldModel(WorldModel):
     """A world model that answers from a script: a list of answers consumed in order, or a function.
 
     Records every conversation it receives so tests can check what reached the prompt.

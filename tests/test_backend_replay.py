@@ -127,7 +127,7 @@ def test_bad_json_line_names_file_and_line(tmp_path: Path) -> None:
 
 def test_record_without_tool_names_the_line(tmp_path: Path) -> None:
     path = write(tmp_path / "odd.jsonl", [{"raw": "text", "arguments": {}}])
-    with pytest.raises(BackendError, match=r"odd\.jsonl:1: .*'tool'"):
+    with pytest.raises(BackendError, match=r"odd\.jsonl:1: tool: Field required"):
         ReplayWorldModel(path)
 
 

@@ -18,6 +18,8 @@ from aw_mcp.cli import main
 from aw_mcp.world import load_world
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # `aw-mcp demo` starts `aw-mcp serve` as a subprocess
+
 
 def test_demo_runs_offline_in_under_a_minute_and_leaves_a_report(tmp_path: Path) -> None:
     started = time.monotonic()

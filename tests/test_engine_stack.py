@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,57 +13,37 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from engine.testing.tiny_checkpoint import make_tiny_checkpoint
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port, serving
 
-pytestmark = pytest.mark.anyio
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a subprocess engine serving the tiny model
 
 
 @pytest.fixture(scope="module")
 def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("stack"), seed=5, max_position_embeddings=32768)
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aw_mcp",
-            "engine",
-            "serve",
-            "--model",
-            str(checkpoint),
-            "--device",
-            "cpu",
-            "--port",
-            str(port),
-            "--served-model-name",
-            "tiny-world",
-        ],
-        cwd=str(REPO),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "engine server did not come up"
-            time.sleep(0.2)
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    command = [
+        sys.executable,
+        "-m",
+        "aw_mcp",
+        "engine",
+        "serve",
+        "--model",
+        str(checkpoint),
+        "--device",
+        "cpu",
+    ]
+    command += ["--port", str(port), "--served-model-name", "tiny-world"]
+    with serving(command, healthy, within_s=120, cwd=str(REPO), stdout=subprocess.DEVNULL):
         yield f"{url}/v1"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 async def test_mcp_call_answered_by_our_engine_server(

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import pytest
 from aw_mcp.cli import main
 from aw_mcp.importers.mcp_catalog import list_all_tools
 from aw_mcp.world import load_world, load_world_text, validate_paths
-from tests.conftest import REPO, SMALL_WORLD
+from tests.conftest import REPO, SMALL_WORLD, listening, serving
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 ORDER = {"id": "ORD-1001", "status": "shipped", "total": 99.0}
@@ -41,6 +39,7 @@ def serve_command(world: Path, backend: ScriptedOpenAIServer, *extra: str) -> li
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # an `aw-mcp serve` subprocess
 def test_import_live_stdio_server_with_read_only_samples(
     small_world_path: Path, backend: ScriptedOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -76,33 +75,14 @@ def test_import_live_stdio_server_with_read_only_samples(
     assert "--sample no_such_tool: the server has no tool of this name" in stderr
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
+@pytest.mark.slow  # an `aw-mcp serve` subprocess
 def test_import_live_http_server(
-    small_world_path: Path, backend: ScriptedOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    small_world_path: Path, backend: ScriptedOpenAIServer, tmp_path: Path, port: int
 ) -> None:
-    port = free_port()
     command = serve_command(small_world_path, backend, "--transport", "http", "--port", str(port))
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(0.1)
-        out = tmp_path / "http.yaml"
+    out = tmp_path / "http.yaml"
+    with serving(command, lambda: listening(port), within_s=20, cwd=REPO, stdout=subprocess.DEVNULL):
         assert main(["import", "mcp", "--url", f"http://127.0.0.1:{port}/mcp", "-o", str(out)]) == 0
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
     assert [t.name for t in load_world(out).tools] == ["get_order", "cancel_order"]
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from aw_mcp.commands.world_setup import apply_overrides, preset_from_flag
-from aw_mcp.faults import error_body, fill_template
-from aw_mcp.perturb import LatencyFault, Perturbation, Planner, breaker_state, decide, uniform
+from aw_mcp.perturb.apply import error_body, fill_template
+from aw_mcp.perturb.planner import Planner, breaker_state, decide, uniform
+from aw_mcp.perturb.spec import LatencyFault, Perturbation
 from aw_mcp.world import WorldSpecError, load_world, load_world_text
 from tests.conftest import REPO
 
@@ -152,7 +153,7 @@ def test_argument_subset_match_with_globs() -> None:
 _CHILD = """
 import json, sys
 from aw_mcp.world import load_world
-from aw_mcp.perturb import Planner
+from aw_mcp.perturb.planner import Planner
 world = load_world(sys.argv[1])
 planner = Planner(world.all_perturbations(), world.seed)
 out = []
@@ -209,7 +210,7 @@ def test_error_bodies_are_realistic_and_use_the_arguments() -> None:
     assert cancel is not None
 
     def body(**fault: object) -> str:
-        from aw_mcp.perturb import ErrorFault
+        from aw_mcp.perturb.spec import ErrorFault
 
         return error_body(
             ErrorFault.model_validate({"kind": "error", **fault}), cancel, {"order_id": "ORD-7"}
@@ -372,12 +373,21 @@ def test_bundled_fault_world_is_valid_and_uses_many_kinds_and_modes() -> None:
 
 def test_ledger_lists_writes_and_fault_made_changes() -> None:
     from aw_mcp.ledger import ledger_notes
-    from aw_mcp.session import CallRecord
+    from aw_mcp.records import CallRecord
 
     world = load_world_text(_WORLD.format(perturbations="[]"))
 
     def record(index: int, tool: str, observation: str, **extra: object) -> CallRecord:
-        return CallRecord("checks", "s", index, tool, {"order_id": "ORD-1"}, observation=observation, **extra)
+        return CallRecord.model_validate(
+            {
+                "world": "checks",
+                "session": "s",
+                "index": index,
+                "tool": tool,
+                "arguments": {"order_id": "ORD-1"},
+            }
+            | {"observation": observation, **extra}
+        )
 
     records = [
         record(0, "get_order", '{"id": "ORD-1", "status": "shipped"}'),  # read-only: nothing established
@@ -409,3 +419,10 @@ def test_ledger_lists_writes_and_fault_made_changes() -> None:
     only_faults = ledger_notes(records, world.tool, include_writes=False)
     assert len(only_faults) == 3 and all("established:" not in n for n in only_faults)
     assert ledger_notes(records[:1], world.tool) == []
+
+
+def test_the_world_spec_loads_without_the_code_that_applies_faults() -> None:
+    """world.py reads perturbation specs, presets and injection texts; applying faults reads the world's tools, so
+    it must stay out of world.py's imports (the old cycle world → faults → prompting → world)."""
+    check = "import sys, aw_mcp.world; sys.exit('aw_mcp.perturb.apply' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], cwd=str(REPO), timeout=60).returncode == 0

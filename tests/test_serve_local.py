@@ -13,7 +13,7 @@ from mcp import Client, StdioServerParameters
 from engine.testing.tiny_checkpoint import make_tiny_checkpoint
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # subprocess servers on the tiny checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,6 @@ def test_every_bundled_world_prompt_fits_the_tiny_checkpoint_context() -> None:
         assert len(tokenizer.encode(text).ids) + 512 < TINY_TEXT_CONFIG["max_position_embeddings"], path.name
 
 
-@pytest.mark.slow
 async def test_tiny_checkpoint_serves_the_flagship_crm_world(tmp_path: Path) -> None:
     checkpoint = make_tiny_checkpoint(tmp_path / "tiny", seed=3)  # the default context, no override
     record = tmp_path / "crm.jsonl"

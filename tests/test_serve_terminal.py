@@ -8,8 +8,12 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from aw_mcp.commands.serve import terminal_hint
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow  # an `aw-mcp serve` subprocess on a pseudo-terminal
 
 
 def test_serve_on_a_tty_prints_the_hint_and_exits_130_on_sigint() -> None:

@@ -8,7 +8,8 @@ import anyio
 import pytest
 from mcp import Client, MCPError
 
-from aw_mcp.server import SPEC_URI, TRAJECTORY_URI, WorldApp, build_server
+from aw_mcp.backends.base import BackendError
+from aw_mcp.server import SPEC_URI, TRAJECTORY_URI, WorldApp, backend_lifetime, build_server
 from aw_mcp.session import SessionRegistry
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import load_world_text
@@ -195,3 +196,34 @@ async def test_meta_session_key_separates_histories() -> None:
         bob = await client.call_tool("cancel_order", {"order_id": "ORD-3"}, meta={"aw/session": "bob"})
     assert bob.content[0].text == "turns=2"  # bob starts fresh: system + his action
     assert len(simulator.registry.get("alice").history) == 2
+
+
+class PreloadingWorldModel(ScriptedWorldModel):
+    name = "preloading"
+
+    def __init__(self, outcome: bool | BackendError):
+        super().__init__([])
+        self.outcome = outcome
+
+    async def preload(self) -> bool:
+        if isinstance(self.outcome, BackendError):
+            raise self.outcome
+        return self.outcome
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        (ScriptedWorldModel([]), ""),  # the protocol's default: nothing to load, nothing said
+        (PreloadingWorldModel(True), "aw-mcp: preloading model loaded\n"),
+        (PreloadingWorldModel(BackendError("no weights at /m")), "aw-mcp: no weights at /m\n"),
+    ],
+)
+async def test_serving_preloads_the_backend_and_says_what_it_loaded(
+    model: ScriptedWorldModel, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, simulator = make_server(model)
+    async with backend_lifetime(WorldApp(simulator, SMALL_WORLD)):
+        await anyio.wait_all_tasks_blocked()  # the preload task has run
+    assert capsys.readouterr().err == said
+    assert model.closed

@@ -6,20 +6,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import REPO
+from tests.conftest import REPO, listening, serving
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # `aw-mcp serve` subprocesses on every transport
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 
 
@@ -135,42 +133,20 @@ async def test_replay_backend_answers_recorded_calls_and_refuses_others(
     assert len(openai_server.requests) == served_before
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_http_transport(mode: str, small_world_path: Path, openai_server: ScriptedOpenAIServer) -> None:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, *serve_args(small_world_path, "--transport", "http", "--port", str(port))],
-        env=serve_env(openai_server),
-        cwd=str(REPO),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode()
-                assert time.monotonic() < deadline, "HTTP server did not start"
-                time.sleep(0.1)
+async def test_http_transport(
+    mode: str, small_world_path: Path, openai_server: ScriptedOpenAIServer, port: int
+) -> None:
+    command = [sys.executable, *serve_args(small_world_path, "--transport", "http", "--port", str(port))]
+    env = serve_env(openai_server)
+    with serving(command, lambda: listening(port), env=env, cwd=str(REPO), stdout=subprocess.DEVNULL):
         async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
             tools = (await client.list_tools()).tools
             result = await client.call_tool("get_order", {"order_id": "ORD-1001"})
             bad = await client.call_tool("cancel_order", {})
-        assert len(tools) == 2
-        assert result.structured_content["status"] == "shipped"
-        assert bad.is_error
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    assert len(tools) == 2
+    assert result.structured_content["status"] == "shipped"
+    assert bad.is_error
 
 
 def inspector_command() -> list[str] | None:

@@ -62,6 +62,7 @@ class WorldModel(Protocol):
 
     ``generate`` must be cancellable: when the surrounding anyio scope is cancelled (the MCP client cancelled the
     tool call) the backend stops its work (closes the HTTP stream, stops the decode loop) and re-raises.
+    ``preload`` is optional: a backend that subclasses this protocol inherits the default (nothing to load).
     """
 
     name: str
@@ -75,3 +76,9 @@ class WorldModel(Protocol):
     ) -> Generation: ...
 
     async def aclose(self) -> None: ...
+
+    async def preload(self) -> bool:
+        """Load ahead what the first call would otherwise wait for (the server starts this while it serves).
+
+        True when something was loaded; a failure raises BackendError (calls report it too)."""
+        return False

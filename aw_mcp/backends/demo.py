@@ -13,6 +13,7 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
+    WorldModel,
 )
 from aw_mcp.world import ToolExample, WorldSpec
 
@@ -27,7 +28,7 @@ def pick_example(examples: list[ToolExample], arguments: dict[str, object]) -> T
     )
 
 
-class DemoWorldModel:
+class DemoWorldModel(WorldModel):
     name = "demo"
     notice = NOTICE
 

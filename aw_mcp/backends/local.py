@@ -21,6 +21,7 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
+    WorldModel,
 )
 
 PROGRESS_INTERVAL_S = 1.0
@@ -40,7 +41,7 @@ def sampling_params(params: GenerationParams) -> Any:
     )
 
 
-class LocalWorldModel:
+class LocalWorldModel(WorldModel):
     name = "local"
 
     def __init__(
@@ -75,11 +76,12 @@ class LocalWorldModel:
                     ) from exc
             return self._llm
 
-    async def preload(self) -> None:
+    async def preload(self) -> bool:
         """Load the weights now (in a worker thread) so the first tool call does not pay for it.
 
         A failure is kept for the calls to report; it is also raised here so the caller can show it at once."""
         await anyio.to_thread.run_sync(self._load, abandon_on_cancel=True)
+        return True
 
     async def generate(
         self,

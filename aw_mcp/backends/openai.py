@@ -30,6 +30,7 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
+    WorldModel,
 )
 
 BODY_EXCERPT_CHARS = 500
@@ -121,7 +122,7 @@ def _reasoning_of(part: dict[str, Any]) -> str:
     return part.get("reasoning_content") or part.get("reasoning") or ""
 
 
-class OpenAIWorldModel:
+class OpenAIWorldModel(WorldModel):
     """Streams chat completions from an OpenAI-compatible server, with retries on transient failures."""
 
     name = "openai"

@@ -19,8 +19,9 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
+    WorldModel,
 )
-from aw_mcp.session import TrajectoryFormatError, read_trajectory
+from aw_mcp.records import TrajectoryFormatError, read_trajectory
 
 CallKey = tuple[str, str]
 
@@ -40,15 +41,15 @@ def _load(path: Path) -> dict[CallKey, list[Generation]]:
         raise BackendError(f"replay: {error}") from None
     answers: dict[CallKey, list[Generation]] = defaultdict(list)
     for record in records:
-        if record.get("raw") is None:
+        if record.raw is None:
             continue  # the call failed before the model answered; nothing to replay
-        answers[call_key(record["tool"], record.get("arguments", {}))].append(
-            Generation(text=record["raw"], reasoning=record.get("reasoning") or "")
+        answers[call_key(record.tool, record.arguments)].append(
+            Generation(text=record.raw, reasoning=record.reasoning or "")
         )
     return dict(answers)
 
 
-class ReplayWorldModel:
+class ReplayWorldModel(WorldModel):
     """Answers each tool call with the model output recorded for the same call."""
 
     name = "replay"

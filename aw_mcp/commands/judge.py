@@ -30,8 +30,8 @@ from aw_mcp.judging import (
     world_reference,
 )
 from aw_mcp.prompting import render_observation_turn, render_user_turn
+from aw_mcp.records import CallRecord, TrajectoryFormatError, read_trajectory
 from aw_mcp.report import judge_path, write_report
-from aw_mcp.session import TrajectoryFormatError, read_trajectory
 from aw_mcp.templates import prompt_dir
 from aw_mcp.world import WorldSpec, load_world
 
@@ -78,11 +78,11 @@ def load_reference(path: str) -> dict[tuple[str | None, int], str]:
     return out
 
 
-def find_world(args: argparse.Namespace, records: list[dict[str, Any]]) -> tuple[WorldSpec, Path]:
+def find_world(args: argparse.Namespace, records: list[CallRecord]) -> tuple[WorldSpec, Path]:
     if args.world:
         path = resolve_world_path(args.world)
         return load_world(path), path
-    names = {r.get("world") for r in records}
+    names = {r.world for r in records}
     for path in bundled_worlds():
         world = load_world(path)
         if world.name in names:
@@ -92,32 +92,31 @@ def find_world(args: argparse.Namespace, records: list[dict[str, Any]]) -> tuple
     )
 
 
-def judge_jobs(world: WorldSpec, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def judge_jobs(world: WorldSpec, records: list[CallRecord]) -> list[dict[str, Any]]:
     """Each judgeable call with the conversation the world model saw: earlier turns and the current turn."""
     jobs = []
-    sessions: dict[str, list[dict[str, Any]]] = {}
+    sessions: dict[str, list[CallRecord]] = {}
     for record in records:
-        sessions.setdefault(str(record.get("session")), []).append(record)
+        sessions.setdefault(str(record.session), []).append(record)
     for session, calls in sessions.items():
         history: list[tuple[str, str]] = []
-        for record in sorted(calls, key=lambda r: int(r.get("index", 0))):
-            observation = record.get("truth") or record.get("observation")
-            if observation is None or record.get("error") is not None:
+        for record in sorted(calls, key=lambda r: r.index):
+            observation = record.truth or record.observation
+            if observation is None or record.error is not None:
                 continue
-            tool, arguments = str(record["tool"]), record.get("arguments") or {}
-            prompt = render_user_turn(world, len(history) + 1, tool, arguments)
+            prompt = render_user_turn(world, len(history) + 1, record.tool, record.arguments)
             jobs.append(
                 {
                     "session": session,
-                    "index": int(record.get("index", 0)),
-                    "tool": tool,
+                    "index": record.index,
+                    "tool": record.tool,
                     "context": list(history),
                     "prompt": prompt,
-                    "output": str(record.get("observation")),
+                    "output": str(record.observation),
                 }
             )
-            if record.get("in_history", True):
-                history.append((prompt, render_observation_turn(world, tool, str(observation))))
+            if record.in_history:
+                history.append((prompt, render_observation_turn(world, record.tool, observation)))
     return jobs
 
 

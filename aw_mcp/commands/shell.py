@@ -167,7 +167,7 @@ class Shell:
 
     def show(self, command: Command, outcome: CallOutcome) -> None:
         record = outcome.record
-        faults = list(record.faults) if record is not None else []
+        faults = [f.to_json() for f in record.faults] if record is not None else []
         latency = round(record.latency_ms, 1) if record is not None else None
         if self.as_json:
             line = {

@@ -13,8 +13,9 @@ from pydantic import ValidationError
 from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resolve_backend
 from aw_mcp.bundled import resolve_world_path
 from aw_mcp.errors import UsageError
-from aw_mcp.presets import PRESET_NAMES, parse_preset
-from aw_mcp.session import SessionRegistry, TrajectoryWriter
+from aw_mcp.perturb.presets import PRESET_NAMES, parse_preset
+from aw_mcp.records import TrajectoryWriter
+from aw_mcp.session import SessionRegistry
 from aw_mcp.simulator import Simulator, params_from_settings
 from aw_mcp.templates import PromptDir, prompt_dir
 from aw_mcp.world import SpecIssue, WorldSpec, WorldSpecError, load_world
@@ -160,9 +161,9 @@ def setup_world(args: argparse.Namespace) -> WorldSetup:
     )
     record_path = args.record or args.resume
     writer = TrajectoryWriter(record_path) if record_path else None
-    registry = SessionRegistry(world, writer, template)
+    registry = SessionRegistry(world, writer)
     if args.resume and Path(args.resume).exists():
         registry.resume(args.resume)
     backend = open_backend(choice, world.model, world, getattr(args, "trust_world_backend", False))
-    simulator = Simulator(world, backend, registry, params_from_settings(world.model))
+    simulator = Simulator(world, backend, registry, params_from_settings(world.model), template=template)
     return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts, choice)

@@ -15,19 +15,14 @@ import uvicorn
 from engine import LLM
 from engine.cli import build_parser
 from engine.server import build_app
+from tests.conftest import free_port
 
 CHAT = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def base_url(tiny_llm: LLM) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(build_app(tiny_llm, "tiny"), host="127.0.0.1", port=port, log_level="warning")
     )

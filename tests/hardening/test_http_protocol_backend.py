@@ -25,9 +25,8 @@ from aw_mcp.http_guard import HttpOptions
 from aw_mcp.server import WorldApp, build_http_app
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import ModelSettings, load_world_text
-from tests.conftest import REPO, SMALL_WORLD, ScriptedWorldModel, observation
+from tests.conftest import REPO, SMALL_WORLD, ScriptedWorldModel, free_port, observation
 from tests.fake_openai import Reply, ScriptedOpenAIServer
-from tests.test_server_transports import free_port
 
 pytestmark = pytest.mark.anyio
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

@@ -11,13 +11,8 @@ import pytest
 
 from aw_mcp.backends.base import BackendError
 from aw_mcp.context_budget import HISTORY_OBSERVATION_CHARS, HISTORY_STRING_CHARS
-from aw_mcp.session import (
-    MAX_SESSION_KEY_CHARS,
-    SessionKeyError,
-    SessionRegistry,
-    TrajectoryWriter,
-    read_trajectory,
-)
+from aw_mcp.records import TrajectoryWriter, read_trajectory
+from aw_mcp.session import MAX_SESSION_KEY_CHARS, SessionKeyError, SessionRegistry
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import load_world_text
 from tests.conftest import SMALL_WORLD, ScriptedWorldModel, observation

@@ -172,6 +172,7 @@ def check_case(path: Path) -> tuple[str, str]:
     return ("broken", problem) if problem else ("accepted", "")
 
 
+@pytest.mark.slow  # hundreds of generated world files, each loaded and called
 def test_world_file_fuzzer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = random.Random(FUZZ_SEED)
     counts = {"clean": 0, "accepted": 0, "traceback": 0, "broken": 0, "hang": 0}

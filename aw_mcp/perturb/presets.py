@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
-from aw_mcp.perturb import Perturbation, Probability
+from aw_mcp.perturb.spec import Perturbation, Probability
 from aw_mcp.spec_model import StrictSpecModel
 
 

@@ -1,0 +1,187 @@
+"""The trajectory's records: a call record and its fault entries as typed models, written and read only here.
+
+One JSON line per call (`"type": "call"`), versioned by `v`. Reading validates every line against the models and
+names the file and line of the first bad one; a torn last line (a crash mid-write) is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+
+from aw_mcp.errors import UserError
+
+log = logging.getLogger(__name__)
+
+TRAJECTORY_VERSION = 1
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class FaultEntry(BaseModel):
+    """One perturbation that fired on a call, as the trajectory and `world://faults` list it.
+
+    Kind-specific details (an error's `status`, a catalog change's `added`/`removed`, ...) are kept as extra
+    fields; a field is written only when it was set, so an entry reads back as it was written.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    kind: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    schedule: dict[str, Any] = Field(default_factory=dict)
+    call: int | None = None  # the how-many-th matching call fired it
+    applied: bool = True  # False: it fired but had no effect (`reason` says why)
+    breaker: str | None = None  # a circuit breaker's state
+    scale: float | None = None  # a degrading schedule's strength
+    reason: str | None = None
+    latency_ms: float | None = None
+    instruction: str | None = None
+    stale_of: int | None = None  # the earlier call (1-based) whose answer was repeated
+    ground_truth: str | None = None  # what the world model answered before the fault changed it
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+
+class CallRecord(BaseModel):
+    """One line of the trajectory: everything needed to audit, report on or replay one tool call.
+
+    `world`, `session` and `index` are always written; on reading they may be missing (a hand-written line names
+    only its tool and arguments).
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    v: int = TRAJECTORY_VERSION
+    type: Literal["call"] = "call"
+    world: str | None = None
+    session: str | None = None
+    index: int = 0
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    time: str = Field(default_factory=utc_now)
+    messages_hash: str | None = None
+    raw: str | None = None
+    reasoning: str | None = None
+    observation: str | None = None
+    structured: Any = None
+    is_error: bool = False
+    latency_ms: float = 0.0
+    error: str | None = None
+    faults: list[FaultEntry] = Field(default_factory=list)
+    attempts: int = 0
+    # When a fault changed what the agent saw: the world model's own observation, which the history keeps.
+    truth: str | None = None
+    # False when no world-model answer belongs in the history (an injected error, a stale answer).
+    in_history: bool = True
+    # Set when the answers are not the world model's (the demo backend): what produced them instead.
+    notice: str | None = None
+    # Earliest turns left out of this call's prompt to fit the model's context (0: the whole history was shown).
+    compacted: int = 0
+
+    @field_validator("v")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v > TRAJECTORY_VERSION:
+            raise ValueError(
+                f"written by a newer aw-mcp (trajectory version {v}); this one reads up to {TRAJECTORY_VERSION}"
+            )
+        return v
+
+    @field_validator("faults", mode="before")
+    @classmethod
+    def _no_faults(cls, faults: Any) -> Any:
+        return [] if faults is None else faults
+
+    @field_serializer("faults")
+    def _faults_as_written(self, faults: list[FaultEntry]) -> list[dict[str, Any]]:
+        return [fault.to_json() for fault in faults]
+
+    def applied_faults(self) -> list[FaultEntry]:
+        return [fault for fault in self.faults if fault.applied]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def to_line(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, default=str)
+
+
+class TrajectoryWriter:
+    """Appends one JSON line per call and flushes it at once, so a crash loses nothing already answered."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Owner-only: arguments and observations may hold whatever the agent and the world model wrote.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, record: CallRecord) -> None:
+        """Blocking (fsync): from async code call `await anyio.to_thread.run_sync(writer.write, record)`."""
+        line = record.to_line()
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class TrajectoryFormatError(UserError, ValueError):
+    pass
+
+
+def _problems(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '(line)'}: {e['msg']}" for e in error.errors(include_url=False)
+    )
+
+
+def read_trajectory(path: str | Path) -> Iterator[CallRecord]:
+    """The call records of a trajectory file, in order. Raises TrajectoryFormatError naming file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+    except FileNotFoundError:
+        raise TrajectoryFormatError(f"{path}: trajectory file does not exist") from None
+    except OSError as exc:
+        raise TrajectoryFormatError(f"{path}: cannot read trajectory: {exc.strerror or exc}") from None
+    # A crash mid-write leaves a last line without its newline; that call never completed, so nothing is lost.
+    torn = len(lines) if lines and not text.endswith("\n") else 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == torn:
+                log.warning("%s:%d: ignoring a torn last line (%s)", path, number, exc.msg)
+                return
+            raise TrajectoryFormatError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        if not isinstance(entry, dict):
+            raise TrajectoryFormatError(
+                f"{path}:{number}: expected a JSON object, got {type(entry).__name__}"
+            )
+        if entry.get("type", "call") != "call":
+            continue  # session headers and other non-call lines
+        try:
+            yield CallRecord.model_validate(entry)
+        except ValidationError as exc:
+            raise TrajectoryFormatError(f"{path}:{number}: {_problems(exc)}") from None
