@@ -347,6 +347,27 @@ class Simulator:
         record: CallRecord,
         report: Reporter | None,
     ) -> CallOutcome:
+        """`model.timeout_s` bounds the whole call: every output retry shares one deadline."""
+        timeout_s = self.world.model.timeout_s
+        with anyio.move_on_after(timeout_s) as deadline:
+            return await self._attempts(tool, arguments, messages, record, report)
+        assert deadline.cancelled_caught
+        record.error = f"no valid observation within timeout_s = {timeout_s:g} s ({record.attempts} attempt(s))"
+        record.observation = None
+        return CallOutcome(
+            f"The simulated tool {tool.name} timed out: no valid result within {timeout_s:g} s "
+            f"({record.attempts} attempt(s); model.timeout_s bounds the whole call)",
+            is_error=True,
+        )
+
+    async def _attempts(
+        self,
+        tool: ToolSpec,
+        arguments: dict[str, Any],
+        messages: list[dict[str, str]],
+        record: CallRecord,
+        report: Reporter | None,
+    ) -> CallOutcome:
         done_tokens = 0
         problem = ""
         for attempt in range(self.output_retries + 1):
