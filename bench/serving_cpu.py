@@ -97,9 +97,9 @@ def bench_generate(path: Path, prompts: list[list[int]], compiled: bool = False)
     return tokens / sequential, tokens / concurrent
 
 
-def bench_http(path: Path, prompts: list[str], threads: int) -> tuple[float, float]:
-    port = 18000 + os.getpid() % 1000
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+def bench_http(path: Path, prompts: list[str], threads: int, compiled: bool = False) -> tuple[float, float]:
+    port = 18000 + os.getpid() % 1000 + (1 if compiled else 0)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "AW_COMPILE": "1" if compiled else "0"}
     server = subprocess.Popen(
         [
             sys.executable,
@@ -150,7 +150,13 @@ def bench_http(path: Path, prompts: list[str], threads: int) -> tuple[float, flo
             assert reply.json()["usage"]["completion_tokens"] == DECODE_TOKENS
 
         calls = [lambda p=p: ask(p) for p in prompts]
-        _concurrently(calls[:2])  # warm-up
+        start = time.perf_counter()
+        for size in range(1, len(calls) + 1) if compiled else (2,):  # compiled: one graph per batch size
+            _concurrently(calls[:size])
+        if compiled:
+            print(
+                f"    (warm-up and compile of batch sizes 1-{len(calls)}: {time.perf_counter() - start:.0f} s)"
+            )
         sequential = _one_after_another(calls)
         concurrent = _concurrently(calls)
     finally:
@@ -207,7 +213,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--flush-denormal", action="store_true", help="as in bench/engine_cpu.py")
     parser.add_argument("--skip-http", action="store_true")
-    parser.add_argument("--compiled", action="store_true", help="(a) also with compiled CPU decode")
+    parser.add_argument("--compiled", action="store_true", help="(a) and (b) also with compiled CPU decode")
     parser.add_argument("--session-calls", type=int, default=12)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -232,9 +238,12 @@ def main() -> None:
                 f"    one after another {seq_tps:7.1f} tok/s   concurrent {conc_tps:7.1f} tok/s   "
                 f"ratio {conc_tps / seq_tps:.2f}x (target >= 2.5x)"
             )
-        if not args.skip_http:
-            seq_tps, conc_tps = bench_http(path, text_prompts, args.threads)
-            print(f"\n(b) {CALLERS} HTTP clients x {DECODE_TOKENS} tokens through aw-mcp engine serve")
+        for compiled in ((False, True) if args.compiled else (False,)) if not args.skip_http else ():
+            label = "compiled decode (AW_COMPILE=1)" if compiled else "eager"
+            print(
+                f"\n(b) {CALLERS} HTTP clients x {DECODE_TOKENS} tokens through aw-mcp engine serve, {label}"
+            )
+            seq_tps, conc_tps = bench_http(path, text_prompts, args.threads, compiled)
             print(
                 f"    one after another {seq_tps:7.1f} tok/s   concurrent {conc_tps:7.1f} tok/s   "
                 f"ratio {conc_tps / seq_tps:.2f}x (target >= 2x)"
