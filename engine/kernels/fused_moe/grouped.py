@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.kernels.fused_moe.reference import combine_pairs, sort_pairs
+
 _grouped_mm = getattr(F, "grouped_mm", None)  # torch >= 2.8
 
 
@@ -30,16 +32,11 @@ def fused_moe(
     topk_ids: torch.Tensor,
 ) -> torch.Tensor:
     """x [T, H]; w_gate_up [E, 2I, H] (rows 0:I gate, I:2I up); w_down [E, H, I]; topk_* [T, K] -> [T, H]."""
-    num_tokens, top_k = topk_ids.shape
     inter = w_down.shape[-1]
-    flat_ids = topk_ids.reshape(-1)
-    order = torch.argsort(flat_ids, stable=True)
+    pairs = sort_pairs(x, topk_ids, w_gate_up.shape[0])
     # Group g holds rows offsets[g-1]:offsets[g] of the sorted pairs (empty groups allowed).
-    offsets = torch.bincount(flat_ids, minlength=w_gate_up.shape[0]).cumsum(0).to(torch.int32)
-    token_of_pair = order // top_k
-    x_sorted = x.index_select(0, token_of_pair)
-    gate_up = _grouped_mm(x_sorted, w_gate_up.transpose(1, 2), offs=offsets)
+    offsets = pairs.counts.cumsum(0).to(torch.int32)
+    gate_up = _grouped_mm(pairs.x_sorted, w_gate_up.transpose(1, 2), offs=offsets)
     act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
     sorted_out = _grouped_mm(act, w_down.transpose(1, 2), offs=offsets)
-    sorted_out.mul_(topk_weights.reshape(-1)[order].to(x.dtype).unsqueeze(-1))
-    return x.new_zeros(num_tokens, x.shape[-1]).index_add_(0, token_of_pair, sorted_out)
+    return combine_pairs(sorted_out, topk_weights, pairs, x.shape[0])

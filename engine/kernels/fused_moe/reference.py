@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -49,21 +51,41 @@ def _moe_loop_hit_experts(
     topk_ids: torch.Tensor,
     inter: int,
 ) -> torch.Tensor:
-    num_tokens, top_k = topk_ids.shape
-    flat_ids = topk_ids.reshape(-1)
-    order = torch.argsort(flat_ids, stable=True)
-    counts = torch.bincount(flat_ids, minlength=w_gate_up.shape[0]).tolist()
-    token_of_pair = order // top_k
-    x_sorted = x.index_select(0, token_of_pair)
-    sorted_out = torch.empty_like(x_sorted)
+    pairs = sort_pairs(x, topk_ids, w_gate_up.shape[0])
+    sorted_out = torch.empty_like(pairs.x_sorted)
     start = 0
-    for expert, count in enumerate(counts):
+    for expert, count in enumerate(pairs.counts.tolist()):
         if count == 0:
             continue
-        gate_up = F.linear(x_sorted[start : start + count], w_gate_up[expert])
+        gate_up = F.linear(pairs.x_sorted[start : start + count], w_gate_up[expert])
         act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
         torch.mm(act, w_down[expert].t(), out=sorted_out[start : start + count])
         start += count
-    # Weighted outputs are added straight into their tokens' rows (no unsorting copy of every pair).
-    sorted_out.mul_(topk_weights.reshape(-1)[order].to(x.dtype).unsqueeze(-1))
-    return x.new_zeros(num_tokens, x.shape[-1]).index_add_(0, token_of_pair, sorted_out)
+    return combine_pairs(sorted_out, topk_weights, pairs, x.shape[0])
+
+
+class SortedPairs(NamedTuple):
+    """(token, expert) pairs grouped by expert: what the loop and the grouped GEMMs both run on."""
+
+    order: torch.Tensor  # pair index of each sorted row
+    counts: torch.Tensor  # pairs per expert [E]
+    token_of_pair: torch.Tensor  # token of each sorted row
+    x_sorted: torch.Tensor  # that token's input, one row per pair
+
+
+def sort_pairs(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int) -> SortedPairs:
+    flat_ids = topk_ids.reshape(-1)
+    order = torch.argsort(flat_ids, stable=True)
+    token_of_pair = order // topk_ids.shape[1]
+    counts = torch.bincount(flat_ids, minlength=num_experts)
+    return SortedPairs(order, counts, token_of_pair, x.index_select(0, token_of_pair))
+
+
+def combine_pairs(
+    sorted_out: torch.Tensor, topk_weights: torch.Tensor, pairs: SortedPairs, num_tokens: int
+) -> torch.Tensor:
+    """Weighted outputs added straight into their tokens' rows (no unsorting copy of every pair)."""
+    sorted_out.mul_(topk_weights.reshape(-1)[pairs.order].to(sorted_out.dtype).unsqueeze(-1))
+    return sorted_out.new_zeros(num_tokens, sorted_out.shape[-1]).index_add_(
+        0, pairs.token_of_pair, sorted_out
+    )
