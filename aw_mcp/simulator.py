@@ -352,7 +352,9 @@ class Simulator:
         with anyio.move_on_after(timeout_s) as deadline:
             return await self._attempts(tool, arguments, messages, record, report)
         assert deadline.cancelled_caught
-        record.error = f"no valid observation within timeout_s = {timeout_s:g} s ({record.attempts} attempt(s))"
+        record.error = (
+            f"no valid observation within timeout_s = {timeout_s:g} s ({record.attempts} attempt(s))"
+        )
         record.observation = None
         return CallOutcome(
             f"The simulated tool {tool.name} timed out: no valid result within {timeout_s:g} s "
