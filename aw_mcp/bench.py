@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from aw_mcp.backends.base import ChatMessage
 from aw_mcp.domains import DOMAINS
 from aw_mcp.errors import InputError
+from aw_mcp.jsonl import read_models
 from aw_mcp.judging import DIMENSIONS, normalized
 from aw_mcp.prompting import parse_answer
 
@@ -94,15 +95,7 @@ class Loaded:
 def load_samples(path: str | Path) -> list[Loaded]:
     """Every sample with a stable key (its `id`, else a hash of its line). Raises ValueError naming file:line."""
     out = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            sample = Sample.model_validate_json(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(map(str, first["loc"])) or "(line)"
-            raise InputError(f"{path}:{number}: {where}: {first['msg']}") from None
+    for number, line, sample in read_models(path, Sample):
         if sample.domain not in DOMAINS:
             raise InputError(
                 f"{path}:{number}: task: unknown domain {sample.domain!r} (expected one of {DOMAINS})"

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from aw_mcp.errors import UserError
+from aw_mcp.jsonl import validation_problems
 
 log = logging.getLogger(__name__)
 
@@ -147,12 +148,6 @@ class TrajectoryFormatError(UserError, ValueError):
     pass
 
 
-def _problems(error: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '(line)'}: {e['msg']}" for e in error.errors(include_url=False)
-    )
-
-
 def read_trajectory(path: str | Path) -> Iterator[CallRecord]:
     """The call records of a trajectory file, in order. Raises TrajectoryFormatError naming file and line."""
     path = Path(path)
@@ -184,4 +179,4 @@ def read_trajectory(path: str | Path) -> Iterator[CallRecord]:
         try:
             yield CallRecord.model_validate(entry)
         except ValidationError as exc:
-            raise TrajectoryFormatError(f"{path}:{number}: {_problems(exc)}") from None
+            raise TrajectoryFormatError(f"{path}:{number}: {validation_problems(exc)}") from None

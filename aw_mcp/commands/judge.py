@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from aw_mcp.backends.base import BackendError, WorldModel
 from aw_mcp.backends.openai import OpenAIWorldModel
 from aw_mcp.bundled import bundled_worlds, resolve_world_path
-from aw_mcp.errors import InputError, UsageError
+from aw_mcp.errors import UsageError
+from aw_mcp.jsonl import read_models
 from aw_mcp.judging import (
     JUDGE_ATTEMPTS,
     JUDGE_PARAMS,
@@ -65,15 +66,7 @@ class ReferenceLine(BaseModel):
 
 def load_reference(path: str) -> dict[tuple[str | None, int], str]:
     out: dict[tuple[str | None, int], str] = {}
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = ReferenceLine.model_validate_json(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(map(str, first["loc"])) or "(line)"
-            raise InputError(f"{path}:{number}: {where}: {first['msg']}") from None
+    for _, _, entry in read_models(path, ReferenceLine):
         out[(entry.session, entry.index)] = entry.observation
     return out
 
