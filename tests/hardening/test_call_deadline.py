@@ -20,4 +20,4 @@ async def test_output_retries_share_the_call_deadline() -> None:
     outcome = await simulator.call("get_order", {"order_id": "ORD-1"})
     assert outcome.is_error and "timed out" in outcome.text and "1 s" in outcome.text
     assert 1 <= len(model.calls) < 10  # stopped at the deadline, not after every retry
-    assert model.cancelled == 1  # the attempt in flight was cancelled
+    assert model.cancelled <= 1  # the attempt in flight, if the deadline fell inside one, was cancelled
