@@ -71,16 +71,24 @@ def fresh_llm(tiny_ckpt: Path):
 
 def test_concurrent_callers_get_the_tokens_they_get_alone(fresh_llm: LLM) -> None:
     alone = [fresh_llm.generate(p, _params(i))[0].outputs[0].token_ids for i, p in enumerate(PROMPTS)]
-    steps_before = fresh_llm.engine.num_steps
-    together = _in_threads(
-        [
-            (lambda i=i, p=p: fresh_llm.generate(p, _params(i))[0].outputs[0].token_ids)
-            for i, p in enumerate(PROMPTS)
-        ]
-    )
+    engine = fresh_llm.engine
+    steps_before = engine.num_steps
+    together: list = [None] * len(PROMPTS)
+
+    def call(i: int) -> None:
+        together[i] = fresh_llm.generate(PROMPTS[i], _params(i))[0].outputs[0].token_ids
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(PROMPTS))]
+    with engine.lock:  # hold the loop between steps until every caller has submitted (an event, not a clock)
+        for t in threads:
+            t.start()
+        while len(engine._inbox) + len(engine.scheduler.waiting) < len(PROMPTS):
+            threading.Event().wait(0.001)
+    for t in threads:
+        t.join(120)
     assert together == alone
     # batched: far fewer steps than the 8 requests' tokens one after another
-    assert fresh_llm.engine.num_steps - steps_before < sum(len(t) for t in alone) // 2
+    assert engine.num_steps - steps_before < sum(len(t) for t in alone) // 2
     assert fresh_llm.cache.num_free == fresh_llm.cache.num_slots
 
 
