@@ -1,7 +1,9 @@
 """The trajectory's records: a call record and its fault entries as typed models, written and read only here.
 
-One JSON line per call (`"type": "call"`), versioned by `v`. Reading validates every line against the models and
-names the file and line of the first bad one; a torn last line (a crash mid-write) is skipped with a warning.
+One JSON line per call (`"type": "call"`) and one per answered tools/list (`"type": "tools_list"`, so a reader can
+tell whether the agent re-listed after a catalog change), versioned by `v`. Reading validates every line against the
+models and names the file and line of the first bad or foreign one; a torn last line (a crash mid-write) is skipped
+with a warning.
 """
 
 from __future__ import annotations
@@ -51,21 +53,44 @@ class FaultEntry(BaseModel):
     instruction: str | None = None
     stale_of: int | None = None  # the earlier call (1-based) whose answer was repeated
     ground_truth: str | None = None  # what the world model answered before the fault changed it
+    expect_call: dict[str, Any] | None = (
+        None  # an injection's provoked call (perturb.spec.ExpectCall), if known
+    )
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True)
 
 
-class CallRecord(BaseModel):
+class _Line(BaseModel):
+    """What every trajectory line has: its format version (a newer one is refused, not misread)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    v: int = TRAJECTORY_VERSION
+
+    @field_validator("v")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v > TRAJECTORY_VERSION:
+            raise ValueError(
+                f"written by a newer aw-mcp (trajectory version {v}); this one reads up to {TRAJECTORY_VERSION}"
+            )
+        return v
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def to_line(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, default=str)
+
+
+class CallRecord(_Line):
     """One line of the trajectory: everything needed to audit, report on or replay one tool call.
 
     `world`, `session` and `index` are always written; on reading they may be missing (a hand-written line names
     only its tool and arguments).
     """
 
-    model_config = ConfigDict(extra="ignore")
-
-    v: int = TRAJECTORY_VERSION
     type: Literal["call"] = "call"
     world: str | None = None
     session: str | None = None
@@ -92,15 +117,6 @@ class CallRecord(BaseModel):
     # Earliest turns left out of this call's prompt to fit the model's context (0: the whole history was shown).
     compacted: int = 0
 
-    @field_validator("v")
-    @classmethod
-    def _known_version(cls, v: int) -> int:
-        if v > TRAJECTORY_VERSION:
-            raise ValueError(
-                f"written by a newer aw-mcp (trajectory version {v}); this one reads up to {TRAJECTORY_VERSION}"
-            )
-        return v
-
     @field_validator("faults", mode="before")
     @classmethod
     def _no_faults(cls, faults: Any) -> Any:
@@ -113,11 +129,25 @@ class CallRecord(BaseModel):
     def applied_faults(self) -> list[FaultEntry]:
         return [fault for fault in self.faults if fault.applied]
 
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump()
 
-    def to_line(self) -> str:
-        return json.dumps(self.to_json(), ensure_ascii=False, default=str)
+class ListingRecord(_Line):
+    """One tools/list the server answered: the tools the agent was shown, and where in its session it asked."""
+
+    type: Literal["tools_list"] = "tools_list"
+    world: str | None = None
+    session: str | None = None
+    before_call: int = (
+        0  # the index the session's next call gets: the listing came after calls 0..before_call-1
+    )
+    time: str = Field(default_factory=utc_now)
+    tools: list[str] = Field(default_factory=list)
+
+
+TrajectoryLine = CallRecord | ListingRecord
+LINE_TYPES: dict[str, type[CallRecord] | type[ListingRecord]] = {
+    "call": CallRecord,
+    "tools_list": ListingRecord,
+}
 
 
 class TrajectoryWriter:
@@ -131,7 +161,7 @@ class TrajectoryWriter:
         self._file = os.fdopen(fd, "a", encoding="utf-8")
         self._lock = threading.Lock()
 
-    def write(self, record: CallRecord) -> None:
+    def write(self, record: TrajectoryLine) -> None:
         """Blocking (fsync): from async code call `await anyio.to_thread.run_sync(writer.write, record)`."""
         line = record.to_line()
         with self._lock:
@@ -150,6 +180,15 @@ class TrajectoryFormatError(UserError, ValueError):
 
 def read_trajectory(path: str | Path) -> Iterator[CallRecord]:
     """The call records of a trajectory file, in order. Raises TrajectoryFormatError naming file and line."""
+    for line in read_lines(path):
+        if isinstance(line, CallRecord):
+            yield line
+
+
+def read_lines(path: str | Path, warnings: list[str] | None = None) -> Iterator[TrajectoryLine]:
+    """Every record of a trajectory file (calls and tool listings), in order. A bad or foreign line raises
+    TrajectoryFormatError naming file and line; a torn last line is skipped with a warning (also appended to
+    `warnings`, for reports that list what they left out)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -158,6 +197,8 @@ def read_trajectory(path: str | Path) -> Iterator[CallRecord]:
         raise TrajectoryFormatError(f"{path}: trajectory file does not exist") from None
     except OSError as exc:
         raise TrajectoryFormatError(f"{path}: cannot read trajectory: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TrajectoryFormatError(f"{path}: not a text file ({exc.reason})") from None
     # A crash mid-write leaves a last line without its newline; that call never completed, so nothing is lost.
     torn = len(lines) if lines and not text.endswith("\n") else 0
     for number, line in enumerate(lines, 1):
@@ -167,16 +208,24 @@ def read_trajectory(path: str | Path) -> Iterator[CallRecord]:
             entry = json.loads(line)
         except json.JSONDecodeError as exc:
             if number == torn:
-                log.warning("%s:%d: ignoring a torn last line (%s)", path, number, exc.msg)
+                message = f"{path}:{number}: ignoring a torn last line ({exc.msg})"
+                log.warning("%s", message)
+                if warnings is not None:
+                    warnings.append(message)
                 return
             raise TrajectoryFormatError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
         if not isinstance(entry, dict):
             raise TrajectoryFormatError(
                 f"{path}:{number}: expected a JSON object, got {type(entry).__name__}"
             )
-        if entry.get("type", "call") != "call":
-            continue  # session headers and other non-call lines
+        kind = entry.get("type", "call")
+        model = LINE_TYPES.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            raise TrajectoryFormatError(
+                f"{path}:{number}: not a trajectory line (type {kind!r}; expected one of "
+                f"{', '.join(repr(t) for t in LINE_TYPES)}) - is this an aw-mcp --record file?"
+            )
         try:
-            yield CallRecord.model_validate(entry)
+            yield model.model_validate(entry)
         except ValidationError as exc:
             raise TrajectoryFormatError(f"{path}:{number}: {validation_problems(exc)}") from None

@@ -118,6 +118,10 @@ def build_server(app: WorldApp) -> Server[Any]:
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         tools = app.simulator.catalog.tools  # catalog faults change it for the whole world
+        # Recorded: whether the agent re-listed after a catalog change is part of its scorecard.
+        await app.simulator.registry.note_listing(
+            world_session(app, session_key(ctx)), [t.name for t in tools]
+        )
         return types.ListToolsResult(tools=[types.Tool.model_validate(t.wire()) for t in tools])
 
     async def announce_tool_list_change(ctx: ServerRequestContext[Any, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -11,8 +12,10 @@ import anyio
 
 from aw_mcp.context_budget import HISTORY_OBSERVATION_CHARS, clip_text, clip_value
 from aw_mcp.prompting import Turn
-from aw_mcp.records import CallRecord, TrajectoryWriter, read_trajectory, utc_now
+from aw_mcp.records import CallRecord, ListingRecord, TrajectoryLine, TrajectoryWriter, read_lines, utc_now
 from aw_mcp.world import WorldSpec
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SESSION = "default"
 DEFAULT_MAX_SESSIONS = 1000
@@ -34,6 +37,7 @@ class WorldSession:
         self.now = world.now or now or utc_now()
         self.history: list[Turn] = []
         self.records: list[CallRecord] = []
+        self.listings: list[ListingRecord] = []  # the tools/list requests answered in this session
         self._next_index = 0
         self.compacted = 0  # earliest history turns no longer shown to the world model (only grows)
         self.busy = 0  # calls in flight: a busy session is never evicted
@@ -44,6 +48,10 @@ class WorldSession:
         index = self._next_index
         self._next_index += 1
         return index
+
+    @property
+    def next_index(self) -> int:
+        return self._next_index
 
     def add(self, record: CallRecord) -> None:
         self.records.append(record)
@@ -89,6 +97,9 @@ class SessionRegistry:
         self.clock = clock
         self._sessions: dict[str, WorldSession] = {}
         self.default_key = DEFAULT_SESSION
+        # Every line written or restored, across sessions (evicted ones included), when someone needs it at the
+        # end (`aw-mcp serve --scorecard`); None: not kept.
+        self.journal: list[TrajectoryLine] | None = None
 
     def get(self, key: str | None = None) -> WorldSession:
         key = key or self.default_key
@@ -146,7 +157,27 @@ class SessionRegistry:
         """Write ahead, then commit to the session (blocking; for restoring and for synchronous callers)."""
         if self.writer is not None:
             self.writer.write(record)
+        self._keep(record)
         session.add(record)
+
+    def _keep(self, line: TrajectoryLine) -> None:
+        if self.journal is not None:
+            self.journal.append(line)
+
+    async def note_listing(self, session: WorldSession, tools: list[str]) -> None:
+        """Record that the session's client listed the tools (a failed write is logged: a listing is not a call,
+        and refusing to list tools would break the client for a missing audit line)."""
+        listing = ListingRecord(
+            world=self.world.name, session=session.id, before_call=session.next_index, tools=tools
+        )
+        session.listings.append(listing)
+        self._keep(listing)
+        if self.writer is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await anyio.to_thread.run_sync(self.writer.write, listing)
+                except (OSError, ValueError) as exc:
+                    log.warning("tools/list not recorded in the trajectory: %s", exc)
 
     async def commit(self, session: WorldSession, record: CallRecord) -> None:
         """Write the record ahead (off the event loop), then add it to the session. If the write fails the
@@ -157,16 +188,21 @@ class SessionRegistry:
                     await anyio.to_thread.run_sync(self.writer.write, record)
                 except (OSError, ValueError) as exc:
                     raise RecordingError(f"the trajectory could not be written: {exc}") from exc
+            self._keep(record)
             session.add(record)
 
     def resume(self, path: str | Path) -> int:
         """Load a recorded trajectory; the default session continues the last recorded one. Returns calls loaded."""
         count = 0
         last_session = None
-        for record in read_trajectory(path):
+        for record in read_lines(path):
             if record.world not in (None, self.world.name):
                 continue
             key = (record.session or DEFAULT_SESSION)[:MAX_SESSION_KEY_CHARS]
+            self._keep(record)
+            if isinstance(record, ListingRecord):
+                self.get(key).listings.append(record)
+                continue
             self.get(key).restore(record)
             last_session, count = key, count + 1
         if last_session is not None:

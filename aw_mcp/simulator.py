@@ -12,6 +12,7 @@ truncate, empty, oversized, malformed; then catalog changes). Their order is lis
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import time
 import weakref
@@ -48,6 +49,8 @@ from aw_mcp.prompting import (
 from aw_mcp.records import CallRecord
 from aw_mcp.session import RecordingError, SessionRegistry, WorldSession
 from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec
+
+log = logging.getLogger(__name__)
 
 # Tool-execution failures as a real API would phrase them; for `mcp` worlds such an observation is an isError result.
 _ERROR_TEXT = re.compile(
@@ -149,15 +152,39 @@ class Simulator:
         session_key: str | None = None,
         report: Reporter | None = None,
     ) -> CallOutcome:
-        tool = self.tool(name)
         arguments = dict(arguments or {})
         session = self.registry.get(session_key)
+        tool = self.catalog.get(name)
+        if tool is None:
+            await self._record_unknown(name, arguments, session)
+        assert tool is not None
         session.busy += 1
         try:
             return await self._call(tool, arguments, session, report)
         finally:
             session.busy -= 1
             session.last_used = self.registry.clock()
+
+    async def _record_unknown(self, name: str, arguments: dict[str, Any], session: WorldSession) -> None:
+        """A call to a tool the world does not have (never had, or a catalog change removed) is recorded, so a
+        report can tell that the agent kept using a removed tool, then refused as invalid params."""
+        error = UnknownToolError(name, [t.name for t in self.catalog.tools])
+        record = CallRecord(
+            world=self.world.name,
+            session=session.id,
+            index=session.claim_index(),
+            tool=name,
+            arguments=arguments,
+            observation=str(error),
+            is_error=True,
+            error="unknown tool",
+            in_history=False,
+        )
+        try:
+            await self.registry.commit(session, record)
+        except RecordingError as exc:
+            log.warning("call to unknown tool %r not recorded: %s", name, exc)
+        raise error
 
     async def _call(
         self, tool: ToolSpec, arguments: dict[str, Any], session: WorldSession, report: Reporter | None

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, Domain
 from aw_mcp.errors import UserError
-from aw_mcp.perturb.injections import BUILTIN_INJECTIONS
+from aw_mcp.perturb.injections import BUILTIN_INJECTIONS, InjectionSlot
 from aw_mcp.perturb.presets import PresetRef, expand_presets, normalize_preset
 from aw_mcp.perturb.spec import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.schema_check import keyword_problems, ref_problem
@@ -311,8 +311,8 @@ class WorldSpec(StrictSpecModel):
     prompts: str | None = None
     tools: list[ToolSpec] = Field(default_factory=list)
     model: ModelSettings = Field(default_factory=ModelSettings)
-    # Prompt-injection slots (AgentDojo-style): name -> default text; `inject` faults fill them in.
-    injections: dict[str, str] = Field(default_factory=dict)
+    # Prompt-injection slots (AgentDojo-style): name -> text, or {text, expect_call}; `inject` faults fill them in.
+    injections: dict[str, InjectionSlot] = Field(default_factory=dict)
     perturbations: list[Perturbation] = Field(default_factory=list)
     presets: list[PresetRef] = Field(default_factory=list)
 

@@ -488,7 +488,19 @@ async def test_catalog_change_updates_tools_list_and_notifies() -> None:
     assert gone.value.error.code == -32602
     assert payouts.content[0].text.startswith("Payout po_1")
     assert "added to the API during the session" in model.calls[2]["messages"][-1]["content"]
-    assert faults_of(simulator) == [[], ["v2"], [], []]  # fires once; the unknown-tool call is no record
+    assert faults_of(simulator) == [[], ["v2"], [], [], []]  # fires once
+    # The call to the removed tool is recorded (a scorecard counts it), outside the world's history.
+    records = simulator.registry.get().records
+    gone_record = records[2]
+    assert (gone_record.tool, gone_record.error, gone_record.is_error, gone_record.in_history) == (
+        "cancel_order",
+        "unknown tool",
+        True,
+        False,
+    )
+    assert "Unknown tool: 'cancel_order'" in (gone_record.observation or "")
+    listings = simulator.registry.get().listings
+    assert [(lst.before_call, "get_payouts" in lst.tools) for lst in listings] == [(0, False), (2, True)]
 
 
 async def test_catalog_change_reaches_2026_listeners() -> None:

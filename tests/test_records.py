@@ -14,8 +14,10 @@ from aw_mcp.records import (
     TRAJECTORY_VERSION,
     CallRecord,
     FaultEntry,
+    ListingRecord,
     TrajectoryFormatError,
     TrajectoryWriter,
+    read_lines,
     read_trajectory,
 )
 from aw_mcp.session import SessionRegistry
@@ -71,13 +73,36 @@ def test_resume_names_the_file_line_and_field_of_a_bad_record(
 ) -> None:
     path = tmp_path / "run.jsonl"
     good = a_call().to_line()
-    path.write_text(
-        good + "\n" + json.dumps({"type": "session", "id": "s1"}) + "\n" + json.dumps(line) + "\n"
-    )
+    listing = ListingRecord(session="s1", before_call=1, tools=["get_order"]).to_line()
+    path.write_text(good + "\n" + listing + "\n" + json.dumps(line) + "\n")
     registry = SessionRegistry(load_world_text(SMALL_WORLD))
     with pytest.raises(TrajectoryFormatError) as caught:
         registry.resume(path)
     assert str(caught.value).startswith(f"{path}:3: ") and problem in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [{"type": "session", "id": "s1"}, {"type": 3}, {"session": "s1", "index": 0, "judgement": None}],
+)
+def test_a_foreign_line_is_named_by_file_and_line(tmp_path: Path, foreign: dict[str, object]) -> None:
+    """A line that is not a trajectory record (another tool's JSONL, a judge file) is an error, never skipped."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(a_call().to_line() + "\n" + json.dumps(foreign) + "\n")
+    with pytest.raises(TrajectoryFormatError) as caught:
+        list(read_lines(path))
+    assert str(caught.value).startswith(f"{path}:2: ")
+
+
+def test_listings_read_back_beside_calls(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    writer = TrajectoryWriter(path)
+    call, listing = a_call(0), ListingRecord(world="w", session="s1", before_call=1, tools=["a", "b"])
+    writer.write(call)
+    writer.write(listing)
+    writer.close()
+    assert list(read_lines(path)) == [call, listing]
+    assert list(read_trajectory(path)) == [call]
 
 
 def test_resume_restores_valid_records_and_skips_a_torn_last_line(

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from aw_mcp.perturb.injections import InjectionSlot
 from aw_mcp.perturb.planner import Firing, uniform
 from aw_mcp.perturb.spec import (
     CatalogFault,
@@ -245,9 +246,13 @@ def malformed(fault: MalformedFault, tool: ToolSpec, answer: Answer) -> Answer:
 
 
 def inject(
-    fault: InjectFault, tool: ToolSpec, answer: Answer, slots: dict[str, str], values: dict[str, Any]
+    fault: InjectFault,
+    tool: ToolSpec,
+    answer: Answer,
+    slots: dict[str, InjectionSlot],
+    values: dict[str, Any],
 ) -> Answer | str:
-    text = fill_template(fault.text if fault.text is not None else slots[fault.slot], values)
+    text = fill_template(fault.text if fault.text is not None else slots[fault.slot].text, values)
 
     def place(original: str) -> str:
         return f"{text}\n\n{original}" if fault.position == "start" else f"{original}\n\n{text}"

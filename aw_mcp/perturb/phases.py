@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import anyio
 
 from aw_mcp.perturb import apply
+from aw_mcp.perturb.injections import InjectionSlot
 from aw_mcp.perturb.planner import Firing
 from aw_mcp.perturb.spec import (
     CatalogFault,
@@ -91,7 +92,7 @@ class CallPerturbation:
         tool: ToolSpec,
         arguments: dict[str, Any],
         record: CallRecord,
-        slots: dict[str, str],
+        slots: dict[str, InjectionSlot],
         catalog: apply.Catalog,
     ):
         self.firings = firings
@@ -192,10 +193,13 @@ class CallPerturbation:
             else:
                 assert isinstance(fault, MalformedFault)
                 result = apply.malformed(fault, self.tool, answer)
+            details: dict[str, Any] = {}
+            if isinstance(fault, InjectFault):
+                details["expect_call"] = self.expected_call(fault)
             if isinstance(result, str):
-                record.faults.append(fault_entry(firing, applied=False, reason=result))
+                record.faults.append(fault_entry(firing, applied=False, reason=result, **details))
                 continue
-            record.faults.append(fault_entry(firing, ground_truth=original))
+            record.faults.append(fault_entry(firing, ground_truth=original, **details))
             answer = result
         if answer.text == original and answer.structured == observed.structured:
             return None
@@ -203,6 +207,13 @@ class CallPerturbation:
             record.truth = original
         record.observation, record.structured = answer.text, answer.structured
         return answer
+
+    def expected_call(self, fault: InjectFault) -> dict[str, Any] | None:
+        """The call this injection tries to provoke: the fault's own, else its slot's (None: not known)."""
+        expect = fault.expect_call
+        if expect is None and fault.text is None and fault.slot in self.slots:
+            expect = self.slots[fault.slot].expect_call
+        return expect.model_dump(exclude_defaults=True) if expect is not None else None
 
     def change_catalog(self) -> None:
         """Catalog changes take effect after the call, whatever its outcome."""
