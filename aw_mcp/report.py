@@ -1,16 +1,19 @@
-"""A trajectory's report: a short text summary and a self-contained HTML page (inline SVG, no external assets)."""
+"""A trajectory's report: a short text summary and a self-contained HTML page (inline SVG, no external assets), with
+the robustness scorecard (aw_mcp/scorecard.py) of what the agent did about each fault."""
 
 from __future__ import annotations
 
 import html
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aw_mcp.records import CallRecord, FaultEntry, read_trajectory
+from aw_mcp.records import CallRecord, FaultEntry, TrajectoryLine, read_lines
+from aw_mcp.scorecard import CHECKS, OUTCOMES, Reaction, Rules, Scorecard, score, scorecard_text
 
 _OK, _ERROR, _FAULT = "#3b7dd8", "#d83b3b", "#e0a030"
 
@@ -35,6 +38,8 @@ class Summary:
     judgements: list[dict[str, Any]] = field(
         default_factory=list
     )  # `aw-mcp judge` results, one per judged call
+    lines: list[TrajectoryLine] = field(default_factory=list)  # calls and tools/list lines, in file order
+    warnings: list[str] = field(default_factory=list)  # lines left out (a torn last line)
 
     def judge_sessions(self) -> dict[str, tuple[int, float]]:
         """session -> (judged calls, mean 1-5 score) over the calls the judge scored."""
@@ -81,8 +86,12 @@ def read_judgements(trajectory: str | Path) -> list[dict[str, Any]]:
 
 
 def summarize(path: str | Path) -> Summary:
-    calls = list(read_trajectory(path))
-    summary = Summary(str(path), calls, sorted({str(c.session) for c in calls}))
+    warnings: list[str] = []
+    lines = list(read_lines(path, warnings))
+    calls = [line for line in lines if isinstance(line, CallRecord)]
+    summary = Summary(
+        str(path), calls, sorted({str(c.session) for c in calls}), lines=lines, warnings=warnings
+    )
     summary.judgements = read_judgements(path)
     for call in calls:
         summary.per_tool[call.tool] += 1
@@ -101,7 +110,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def text_summary(summary: Summary) -> str:
+def scorecard_of(summaries: list[Summary], rules: Rules | None = None) -> Scorecard:
+    warnings = [w for s in summaries for w in s.warnings]
+    return score([(s.path, s.lines) for s in summaries], rules, warnings)
+
+
+def text_summary(summary: Summary, card: Scorecard | None = None) -> str:
+    """The trajectory in a few lines; with faults fired, its robustness scorecard follows."""
     n = len(summary.calls)
     lat = summary.latencies
     lines = [
@@ -123,10 +138,14 @@ def text_summary(summary: Summary) -> str:
         extra = f", {skipped} without effect" if skipped else ""
         lines.append(f"  {name} [{kind}]: {count}{extra}")
     for session, (count, mean) in summary.judge_sessions().items():
-        score = (mean - 1) / 4 * 100
+        points = (mean - 1) / 4 * 100
         lines.append(
-            f"judge, session {session}: {score:.2f} / 100 (mean {mean:.2f} of 5 over {count} call(s))"
+            f"judge, session {session}: {points:.2f} / 100 (mean {mean:.2f} of 5 over {count} call(s))"
         )
+    if summary.faults:
+        lines.append(scorecard_text(card or scorecard_of([summary])))
+    else:
+        lines += [f"WARNING: {w}" for w in summary.warnings]
     return "\n".join(lines)
 
 
@@ -282,7 +301,156 @@ def _judge_table(summary: Summary) -> str:
     )
 
 
-def html_report(summary: Summary) -> str:
+def call_anchor(session: str, index: int) -> str:
+    return f"call-{re.sub(r'[^A-Za-z0-9_-]', '_', session)}-{index}"
+
+
+def _call_link(session: str, index: int, linked: bool) -> str:
+    return f'<a href="#{call_anchor(session, index)}">{index}</a>' if linked else str(index)
+
+
+def _calls_table(summary: Summary) -> str:
+    """Every call with an anchor, so the scorecard's verdicts can point at the calls they rest on."""
+    esc = html.escape
+    rows = []
+    for call in summary.calls:
+        arguments = json.dumps(call.arguments, ensure_ascii=False, default=str)
+        seen = (call.observation or call.error or "").strip()
+        outcome = "error" if call.is_error or call.error else "ok"
+        rows.append(
+            f'<tr id="{call_anchor(str(call.session), call.index)}">'
+            + "".join(
+                f"<td>{cell}</td>"
+                for cell in (
+                    esc(str(call.session)),
+                    str(call.index),
+                    esc(call.time),
+                    esc(call.tool),
+                    f"<code>{esc(arguments[:300])}</code>",
+                    outcome,
+                    esc(", ".join(f.name for f in call.applied_faults())),
+                    f"{call.latency_ms:.0f}",
+                    f"<code>{esc(seen[:200])}</code>",
+                )
+            )
+            + "</tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("session", "call", "time", "tool", "arguments", "result", "faults", "ms", "observation")
+    )
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def scorecard_html(card: Scorecard, link_calls: bool = True) -> str:
+    """A summary per category, then a table per category with one row per graded fault."""
+    esc = html.escape
+    if not card.reactions and not card.not_graded:
+        return "<p>No fault fired, so there is nothing to grade.</p>"
+    parts = []
+    several = len(card.trajectories) > 1
+    summary_rows = []
+    for category, total in card.summary.items():
+        summary_rows.append(
+            [
+                esc(category),
+                str(total.total),
+                "; ".join(f"{esc(o)} {total.outcomes[o]} ({total.rates[o]:.0%})" for o in OUTCOMES[category]),
+            ]
+        )
+    parts.append(_table(["category", "graded", "outcomes"], summary_rows))
+    failing = {name: count for name, count in card.checks.items() if count}
+    if failing:
+        parts.append(
+            "<p>Checks that would fail <code>--fail-on</code>: "
+            + ", ".join(f"<b>{esc(n)}</b> {c} ({esc(CHECKS[n].means)})" for n, c in failing.items())
+            + "</p>"
+        )
+    for category in card.summary:
+        rows = []
+        for r in (r for r in card.reactions if r.category == category):
+            rows.append(_reaction_row(r, link_calls and not several, several))
+        header = (["trajectory"] if several else []) + [
+            "session",
+            "call",
+            "tool",
+            "perturbation",
+            "kind",
+            "outcome",
+            "why",
+            "later calls",
+        ]
+        parts.append(f"<h3>{esc(category)}</h3>" + _table(header, rows))
+    if card.not_graded:
+        rows = [
+            ([esc(n.trajectory)] if several else [])
+            + [
+                esc(n.session),
+                _call_link(n.session, n.call, link_calls and not several),
+                esc(n.tool),
+                esc(n.fault),
+                esc(n.kind),
+                esc(n.reason),
+            ]
+            for n in card.not_graded
+        ]
+        header = (["trajectory"] if several else []) + [
+            "session",
+            "call",
+            "tool",
+            "perturbation",
+            "kind",
+            "why",
+        ]
+        parts.append("<h3>Not graded</h3>" + _table(header, rows))
+    return "\n".join(parts)
+
+
+def _reaction_row(r: Reaction, linked: bool, several: bool) -> list[str]:
+    esc = html.escape
+    flagged = any(c.fails(r) for c in CHECKS.values())
+    outcome = f'<b style="color:{_ERROR}">{esc(r.outcome)}</b>' if flagged else esc(r.outcome)
+    return ([esc(r.trajectory)] if several else []) + [
+        esc(r.session),
+        _call_link(r.session, r.call, linked),
+        esc(r.tool),
+        esc(r.fault),
+        esc(r.kind),
+        outcome,
+        esc(r.detail),
+        ", ".join(_call_link(r.session, i, linked) for i in r.calls),
+    ]
+
+
+def aggregate_html(summaries: list[Summary], card: Scorecard) -> str:
+    """Several trajectories: each one's summary, then the scorecard over all of them."""
+    esc = html.escape
+    body = [f"<h2>{esc(s.path)}</h2><pre>{esc(text_summary(s))}</pre>" for s in summaries]
+    return _page(
+        "aw-mcp scorecard: " + ", ".join(s.path for s in summaries),
+        [
+            "<h1>Robustness scorecard</h1>",
+            f"<pre>{esc(scorecard_text(card))}</pre>",
+            scorecard_html(card, link_calls=False),
+            *body,
+        ],
+    )
+
+
+def _page(title: str, body: list[str]) -> str:
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+            *body,
+            "</body></html>",
+        ]
+    )
+
+
+def html_report(summary: Summary, card: Scorecard | None = None) -> str:
+    card = card or scorecard_of([summary])
     esc = html.escape
     tool_rows = [
         [esc(tool), str(count), str(summary.errors_per_tool.get(tool, 0))]
@@ -310,13 +478,11 @@ def html_report(summary: Summary) -> str:
         f'<p class="legend"><span style="background:{_OK}"></span>ok'
         f'<span style="background:{_ERROR}"></span>error<span style="background:{_FAULT}"></span>fault fired</p>'
     )
-    return "\n".join(
+    return _page(
+        f"aw-mcp report: {summary.path}",
         [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>aw-mcp report: {esc(summary.path)}</title><style>{_STYLE}</style></head><body>",
             f"<h1>Trajectory report</h1><p><code>{esc(summary.path)}</code></p>",
-            f"<pre>{esc(text_summary(summary))}</pre>",
+            f"<pre>{esc(text_summary(summary, card))}</pre>",
             "<h2>Calls per tool</h2>",
             _table(["tool", "calls", "errors"], tool_rows),
             "<h2>Faults fired</h2>",
@@ -330,16 +496,20 @@ def html_report(summary: Summary) -> str:
             timeline_svg(summary.calls),
             "<h2>Judge scores</h2>",
             _judge_table(summary),
+            "<h2>Robustness scorecard</h2>",
+            "<p>What the agent did about each fault that fired (rules: the README's robustness scorecard).</p>",
+            scorecard_html(card),
             "<h2>Every fault</h2>",
             _table(["call", "tool", "perturbation", "kind", "details", "ground truth"], fault_rows)
             if fault_rows
             else "<p>None.</p>",
-            "</body></html>",
-        ]
+            "<h2>Calls</h2>",
+            _calls_table(summary),
+        ],
     )
 
 
-def write_report(trajectory: str | Path, output: str | Path) -> Summary:
+def write_report(trajectory: str | Path, output: str | Path, rules: Rules | None = None) -> Summary:
     summary = summarize(trajectory)
-    Path(output).write_text(html_report(summary), encoding="utf-8")
+    Path(output).write_text(html_report(summary, scorecard_of([summary], rules)), encoding="utf-8")
     return summary

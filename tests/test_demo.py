@@ -41,8 +41,11 @@ def test_demo_runs_offline_in_under_a_minute_and_leaves_a_report(tmp_path: Path)
     assert calls == 7 and out.count(f"[{NOTICE}]") == calls
     assert "create_contact: flaky/unavailable (error, applied)" in out
     assert "Error: 503" in out
-    records = [json.loads(line) for line in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    records = [r for r in lines if r["type"] == "call"]
+    assert [r["type"] for r in lines if r["type"] != "call"] == ["tools_list"]  # the client listed once
     assert len(records) == calls and all(r["notice"] == NOTICE for r in records)
+    assert "transient/gave_up: never retried" in out  # the scorecard: the demo client does not retry
     assert html.escape(f"NOTE: {calls} call(s): {NOTICE}") in report.read_text()
 
 

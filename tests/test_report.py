@@ -67,8 +67,12 @@ async def test_report_renders_summary_and_self_contained_html(
     assert page.startswith("<!DOCTYPE html>") and parser.tags.count("svg") == 2
     # self-contained: no scripts, stylesheets, images or links to anything outside the page
     assert not {"script", "link", "img", "iframe"} & set(parser.tags)
-    urls = [v for k, v in parser.attrs if k in ("src", "href") and v]
+    urls = [v for k, v in parser.attrs if k in ("src", "href") and v and not v.startswith("#")]
     assert urls == []
+    # in-page links (the scorecard's verdicts point at calls) all land on a call's row
+    anchors = {v for k, v in parser.attrs if k == "id"}
+    links = {v[1:] for k, v in parser.attrs if k == "href" and v and v.startswith("#")}
+    assert links and links <= anchors
     assert re.findall(r"https?://[^\"\s<]+", page) == ["http://www.w3.org/2000/svg"] * 2
     assert "ORD-&lt;1&gt;" in page or "ORD-<1>" not in page  # user data is escaped
     for name in ("flaky", "slow", "cut"):

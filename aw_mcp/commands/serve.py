@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 import anyio
@@ -14,8 +16,9 @@ import anyio
 from aw_mcp.commands.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
 from aw_mcp.http_guard import HttpOptions, check_exposure
 from aw_mcp.preflight import preflight
+from aw_mcp.scorecard import score
 from aw_mcp.server import WorldApp, listen_socket, serve_http, serve_stdio
-from aw_mcp.session import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
+from aw_mcp.session import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, SessionRegistry
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report Ctrl-C
 
@@ -33,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="preflight",
         action="store_false",
         help="do not check the backend before serving (for a model server that starts after this one)",
+    )
+    parser.add_argument(
+        "--scorecard",
+        metavar="PATH",
+        help="when the server stops, write the robustness scorecard of everything served as JSON to PATH",
     )
     http = parser.add_argument_group("HTTP safety and limits")
     http.add_argument(
@@ -78,13 +86,41 @@ def terminal_hint(world: str) -> str:
     )
 
 
+# Work that must happen however the server stops (the scorecard), run once.
+_on_stop: list[Callable[[], None]] = []
+
+
+def run_stop_hooks() -> None:
+    while _on_stop:
+        _on_stop.pop()()
+
+
 def exit_on_interrupt(signum: int, frame: FrameType | None) -> None:
     """Ctrl-C at a terminal ends the server at once. The stdio transport reads stdin in a worker thread that no
     cancellation reaches, so a graceful shutdown would wait for a line that never comes. Trajectories are flushed
     per call, so nothing recorded is lost."""
     sys.stderr.write("\n")
     sys.stderr.flush()
+    run_stop_hooks()
     os._exit(INTERRUPTED_EXIT)
+
+
+def scorecard_writer(registry: SessionRegistry, path: Path, label: str) -> Callable[[], None]:
+    """Keep every line served; at the end, score them and write the JSON (what `aw-mcp report --json` prints)."""
+    registry.journal = []
+    journal = registry.journal
+
+    def write() -> None:
+        card = score([(label, list(journal))])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(card.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        print(
+            f"aw-mcp: scorecard of {len(card.reactions)} graded reaction(s) written to {path}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return write
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,12 +140,18 @@ def run(args: argparse.Namespace) -> int:
     if args.preflight:
         preflight(setup.backend)
     app = WorldApp(setup.simulator, setup.spec_text)
-    if args.transport == "http":
-        sock = listen_socket(options.host, options.port)
-        anyio.run(serve_http, app, options, sock)
+    if args.scorecard:
+        label = args.record or args.resume or f"aw-mcp serve --world {args.world}"
+        _on_stop.append(scorecard_writer(registry, Path(args.scorecard), label))
+    try:
+        if args.transport == "http":
+            sock = listen_socket(options.host, options.port)
+            anyio.run(serve_http, app, options, sock)
+            return 0
+        if sys.stdin.isatty():
+            print(terminal_hint(args.world), file=sys.stderr, flush=True)
+            signal.signal(signal.SIGINT, exit_on_interrupt)
+        anyio.run(serve_stdio, app)
         return 0
-    if sys.stdin.isatty():
-        print(terminal_hint(args.world), file=sys.stderr, flush=True)
-        signal.signal(signal.SIGINT, exit_on_interrupt)
-    anyio.run(serve_stdio, app)
-    return 0
+    finally:
+        run_stop_hooks()
