@@ -24,6 +24,7 @@ both are listed as not graded.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -591,3 +592,7 @@ def _comparison(card: Scorecard) -> str:
                 cells.append(f"{cell:>{width + 2}}")
             rows.append(f"  {category + '/' + outcome:<26}" + "".join(cells))
     return "\n".join(rows)
+
+
+if __name__ == "__main__":  # docs/scorecard.schema.json
+    print(json.dumps(Scorecard.model_json_schema(), indent=2, ensure_ascii=False))
