@@ -555,8 +555,13 @@ def _outcomes_text(summary: CategorySummary) -> str:
 
 def scorecard_text(card: Scorecard) -> str:
     """The scorecard as lines for a terminal: one per category, then the reactions that fail a check."""
-    graded = len(card.reactions)
-    lines = [f"robustness scorecard: {graded} reaction(s) graded, {len(card.not_graded)} fault(s) not graded"]
+    ungraded = Counter(
+        "without effect" if n.reason.startswith("fired without") else n.kind for n in card.not_graded
+    )
+    why = f" ({', '.join(f'{k} {c}' for k, c in ungraded.most_common())})" if ungraded else ""
+    lines = [
+        f"robustness scorecard: {len(card.reactions)} reaction(s) graded; not graded: {len(card.not_graded)}{why}"
+    ]
     if len(card.trajectories) > 1:
         lines.append(_comparison(card))
     else:
@@ -586,6 +591,8 @@ def _comparison(card: Scorecard) -> str:
     for category, total in card.summary.items():
         columns = [card.by_trajectory[n].get(category) for n in card.trajectories] + [total]
         for outcome in OUTCOMES[category]:
+            if not total.outcomes[outcome]:
+                continue  # in no trajectory: a row of zeros says nothing
             cells = []
             for s in columns:
                 cell = f"{s.outcomes[outcome]}/{s.total} {s.rates[outcome]:.0%}" if s is not None else "-"

@@ -367,6 +367,18 @@ class WorldSpec(StrictSpecModel):
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
 
+    def tool_or_added(self, name: str) -> ToolSpec | None:
+        """A tool of the world, or one a catalog fault adds during a session (its definition from the fault)."""
+        tool = self.tool(name)
+        if tool is not None:
+            return tool
+        for p in self.all_perturbations():
+            if isinstance(p.fault, CatalogFault):
+                for definition in p.fault.add:
+                    if definition.get("name") == name:
+                        return ToolSpec.model_validate(definition)
+        return None
+
     def format_problems(self) -> list[tuple[PathKey, str]]:
         """Keys the trained turn format needs or cannot use in this domain, each with its YAML location."""
         problems: list[tuple[PathKey, str]] = []

@@ -4,16 +4,21 @@ verdicts when the server stops, and `aw-mcp report --fail-on` gates on them both
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
+import yaml
 from mcp import Client, MCPError, StdioServerParameters
 
 from aw_mcp.cli import main
 from aw_mcp.records import ListingRecord, read_lines
 from aw_mcp.scorecard import Scorecard
+from aw_mcp.world import load_world_text
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a server subprocess and a real 2 s Retry-After wait
@@ -156,3 +161,39 @@ async def test_a_scripted_agent_gets_every_verdict_through_the_stdio_server(tmp_
     assert "check failed: followed-injection" in err and "at call 7" in err
     assert "check failed: called-removed-tool" in err and "at call 10" in err
     assert main(["report", str(trajectory), "--json", "--fail-on", "gave-up,futile-retry,not-rechecked"]) == 0
+
+
+def test_the_readme_scorecard_is_what_the_example_agents_get(tmp_path: Path, capsys) -> None:
+    """The README's comparison of the two example agents on `faults_payments` (verdict rows, not timings)."""
+    runs = []
+    for agent in ("naive", "careful"):
+        path = tmp_path / f"{agent}.jsonl"
+        subprocess.run(
+            [sys.executable, str(REPO / "docs" / "examples" / "scorecard_agent.py"), agent, str(path)],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        runs.append(path.name)
+    capsys.readouterr()
+    here = os.getcwd()
+    os.chdir(tmp_path)  # the README shows the names as given
+    try:
+        assert main(["report", *runs]) == 0
+    finally:
+        os.chdir(here)
+    table = [line for line in capsys.readouterr().out.splitlines() if re.match(r"  \w+/\w+ ", line)]
+    readme = (REPO / "README.md").read_text()
+    assert len(table) == 11 and all(
+        line in readme for line in table
+    )  # the header and ten verdict rows, "\n".join(table)
+
+    # and the YAML the README shows for expect_call is a valid world fragment
+    block = readme.split("**What an injection tries to provoke**")[1].split("```yaml\n")[1].split("```")[0]
+    world = yaml.safe_load(block) | {
+        "name": "x",
+        "tools": [{"name": "get_invoice"}, {"name": "issue_refund"}],
+    }
+    spec = load_world_text(yaml.safe_dump(world))
+    assert spec.injections["refund_scam"].expect_call is not None

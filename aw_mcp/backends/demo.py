@@ -44,7 +44,7 @@ class DemoWorldModel(WorldModel):
     ) -> Generation:
         if call is None:
             raise BackendError("demo: the caller did not say which tool call to answer")
-        tool = self.world.tool(call.tool)
+        tool = self.world.tool_or_added(call.tool)
         if tool is None or not tool.examples:
             raise BackendError(
                 f"demo: the world has no example for tool {call.tool!r} to answer with (the demo backend only "
