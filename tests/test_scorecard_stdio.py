@@ -19,7 +19,7 @@ from aw_mcp.cli import main
 from aw_mcp.records import ListingRecord, read_lines
 from aw_mcp.scorecard import Scorecard
 from aw_mcp.world import load_world_text
-from tests.conftest import REPO
+from tests.conftest import REPO, listening, serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a server subprocess and a real 2 s Retry-After wait
 
@@ -197,3 +197,20 @@ def test_the_readme_scorecard_is_what_the_example_agents_get(tmp_path: Path, cap
     }
     spec = load_world_text(yaml.safe_dump(world))
     assert spec.injections["refund_scam"].expect_call is not None
+
+
+async def test_serve_over_http_writes_the_scorecard_when_terminated(tmp_path: Path, port: int) -> None:
+    """SIGTERM (how supervisors stop a server) still writes the scorecard of every session served."""
+    world, scorecard = tmp_path / "shop.yaml", tmp_path / "card.json"
+    world.write_text(WORLD)
+    command = [sys.executable, "-m", "aw_mcp", "serve", "--world", str(world), "--backend", "demo"]
+    command += ["--transport", "http", "--port", str(port), "--scorecard", str(scorecard)]
+    with serving(command, lambda: listening(port), cwd=str(REPO)) as process:
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+            assert (
+                await client.call_tool("get_invoice", {"invoice_id": "inv_1"})
+            ).is_error  # 503, never retried
+        process.terminate()
+        assert process.wait(timeout=20) == 128 + 15
+    card = Scorecard.model_validate_json(scorecard.read_text())
+    assert [(r.fault, r.outcome) for r in card.reactions] == [("flaky-invoice", "gave_up")]

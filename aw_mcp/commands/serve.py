@@ -105,6 +105,12 @@ def exit_on_interrupt(signum: int, frame: FrameType | None) -> None:
     os._exit(INTERRUPTED_EXIT)
 
 
+def exit_on_terminate(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (how clients and supervisors stop a server): run the stop hooks, then exit 128 + 15."""
+    run_stop_hooks()
+    os._exit(128 + signal.SIGTERM)
+
+
 def scorecard_writer(registry: SessionRegistry, path: Path, label: str) -> Callable[[], None]:
     """Keep every line served; at the end, score them and write the JSON (what `aw-mcp report --json` prints)."""
     registry.journal = []
@@ -143,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scorecard:
         label = args.record or args.resume or f"aw-mcp serve --world {args.world}"
         _on_stop.append(scorecard_writer(registry, Path(args.scorecard), label))
+        signal.signal(signal.SIGTERM, exit_on_terminate)  # a client or supervisor stopping us still gets it
     try:
         if args.transport == "http":
             sock = listen_socket(options.host, options.port)
