@@ -3,6 +3,7 @@ servers started as subprocesses, and the `slow` lane (`python -m pytest -m "not 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -232,3 +233,9 @@ def small_world_path(tmp_path: Path) -> Path:
     path = tmp_path / "tiny_shop.yaml"
     path.write_text(SMALL_WORLD)
     return path
+
+
+def last_call(trajectory: Path) -> dict[str, Any]:
+    """The last call line of a trajectory, as written (tools/list lines may come after it)."""
+    lines = [json.loads(line) for line in trajectory.read_text().splitlines() if line.strip()]
+    return [line for line in lines if line.get("type", "call") == "call"][-1]

@@ -54,7 +54,13 @@ def trajectory(tmp_path: Path) -> Path:
     return write(
         tmp_path / "run.jsonl",
         [
-            {"type": "session", "v": 1, "world": "crm", "session": "s1"},  # header lines are not calls
+            {
+                "type": "tools_list",
+                "v": 1,
+                "world": "crm",
+                "session": "s1",
+                "tools": ["get_balance"],
+            },  # not a call
             record(0, "find_contact", {"name": "Ada", "limit": 5}, "found Ada", reasoning="search the table"),
             record(1, "get_balance", {}, "balance 10"),
             record(2, "get_balance", {}, None, error="backend down"),  # failed before the model: skipped

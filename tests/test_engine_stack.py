@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from engine.testing.tiny_checkpoint import make_tiny_checkpoint
-from tests.conftest import REPO, free_port, serving
+from tests.conftest import REPO, free_port, last_call, serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a subprocess engine serving the tiny model
 
@@ -81,7 +80,7 @@ async def test_mcp_call_answered_by_our_engine_server(
         result = await client.call_tool(
             "cancel_order", {"order_id": "ORD-1001"}, read_timeout_seconds=240, progress_callback=on_progress
         )
-    line = json.loads(record.read_text().splitlines()[-1])
+    line = last_call(record)
     assert line["error"] is None, line["error"]
     assert isinstance(line["raw"], str)  # the engine server answered through the OpenAI-compatible API
     assert result.content[0].text

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from engine.testing.tiny_checkpoint import make_tiny_checkpoint
-from tests.conftest import REPO
+from tests.conftest import REPO, last_call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # subprocess servers on the tiny checkpoint
 
@@ -48,7 +47,7 @@ async def test_local_backend_answers_a_tool_call_end_to_end(
         tools = (await client.list_tools()).tools
         result = await client.call_tool("cancel_order", {"order_id": "ORD-1001"}, read_timeout_seconds=240)
     assert [t.name for t in tools] == ["get_order", "cancel_order"]
-    line = json.loads(record.read_text().splitlines()[-1])
+    line = last_call(record)
     # The tiny model is random: what it says is noise, but it is the engine's own output for this prompt.
     assert isinstance(line["raw"], str) and line["messages_hash"]
     assert (
@@ -117,7 +116,7 @@ async def test_tiny_checkpoint_serves_the_flagship_crm_world(tmp_path: Path) -> 
     args += ["--record", str(record)]
     async with Client(StdioServerParameters(command=sys.executable, args=args, cwd=str(REPO))) as client:
         await client.call_tool("list_deals", {"owner_id": "usr_03"}, read_timeout_seconds=280)
-    line = json.loads(record.read_text().splitlines()[-1])
+    line = last_call(record)
     assert (
         isinstance(line["raw"], str) and line["messages_hash"]
     )  # the engine answered (noise: a random model)
