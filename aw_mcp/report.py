@@ -342,6 +342,9 @@ def _calls_table(summary: Summary) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
+_FAULT_COLUMNS = ["session", "call", "tool", "perturbation", "kind"]
+
+
 def scorecard_html(card: Scorecard, link_calls: bool = True) -> str:
     """A summary per category, then a table per category with one row per graded fault."""
     esc = html.escape
@@ -370,16 +373,7 @@ def scorecard_html(card: Scorecard, link_calls: bool = True) -> str:
         rows = []
         for r in (r for r in card.reactions if r.category == category):
             rows.append(_reaction_row(r, link_calls and not several, several))
-        header = (["trajectory"] if several else []) + [
-            "session",
-            "call",
-            "tool",
-            "perturbation",
-            "kind",
-            "outcome",
-            "why",
-            "later calls",
-        ]
+        header = (["trajectory"] if several else []) + [*_FAULT_COLUMNS, "outcome", "why", "later calls"]
         parts.append(f"<h3>{esc(category)}</h3>" + _table(header, rows))
     if card.not_graded:
         rows = [
@@ -394,14 +388,7 @@ def scorecard_html(card: Scorecard, link_calls: bool = True) -> str:
             ]
             for n in card.not_graded
         ]
-        header = (["trajectory"] if several else []) + [
-            "session",
-            "call",
-            "tool",
-            "perturbation",
-            "kind",
-            "why",
-        ]
+        header = (["trajectory"] if several else []) + [*_FAULT_COLUMNS, "why"]
         parts.append("<h3>Not graded</h3>" + _table(header, rows))
     return "\n".join(parts)
 

@@ -165,16 +165,27 @@ class Simulator:
             session.busy -= 1
             session.last_used = self.registry.clock()
 
+    def _new_record(
+        self, session: WorldSession, tool: str, arguments: dict[str, Any], **fields: Any
+    ) -> CallRecord:
+        """The record of the session's next call (its index claimed now, so overlapping calls stay ordered)."""
+        return CallRecord(
+            world=self.world.name,
+            session=session.id,
+            index=session.claim_index(),
+            tool=tool,
+            arguments=arguments,
+            **fields,
+        )
+
     async def _record_unknown(self, name: str, arguments: dict[str, Any], session: WorldSession) -> None:
         """A call to a tool the world does not have (never had, or a catalog change removed) is recorded, so a
         report can tell that the agent kept using a removed tool, then refused as invalid params."""
         error = UnknownToolError(name, [t.name for t in self.catalog.tools])
-        record = CallRecord(
-            world=self.world.name,
-            session=session.id,
-            index=session.claim_index(),
-            tool=name,
-            arguments=arguments,
+        record = self._new_record(
+            session,
+            name,
+            arguments,
             observation=str(error),
             is_error=True,
             error="unknown tool",
@@ -192,14 +203,7 @@ class Simulator:
         """One call, committed once: the record is written ahead and only then enters the session's history; a
         call the client gave up on is recorded as cancelled, whatever answer arrived after."""
         name = tool.name
-        record = CallRecord(
-            world=self.world.name,
-            session=session.id,
-            index=session.claim_index(),
-            tool=name,
-            arguments=arguments,
-            notice=getattr(self.backend, "notice", None),
-        )
+        record = self._new_record(session, name, arguments, notice=getattr(self.backend, "notice", None))
         started = time.perf_counter()
         try:
             outcome = await self._run(tool, arguments, session, record, monotonic(report))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
+from aw_mcp.records import read_trajectory
 from tests.conftest import REPO, listening, serving
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
@@ -76,7 +77,7 @@ async def test_stdio_subprocess_list_call_bad_args_structured(
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"]
     assert second["temperature"] == 0.6 and second["max_tokens"] == 32768
     assert "top_p" not in second and "top_k" not in second
-    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    lines = [r.to_json() for r in read_trajectory(record)]  # the calls (tools/list lines are beside them)
     assert [(r["tool"], r["is_error"]) for r in lines] == [
         ("get_order", False),
         ("get_order", True),
@@ -99,7 +100,7 @@ async def test_resume_continues_a_recorded_session(
     resumed = openai_server.requests[-1].body["messages"]
     assert [m["role"] for m in resumed] == ["system", "user", "assistant", "user"]
     assert resumed[2]["content"].endswith("Order cancelled.")
-    assert len(record.read_text().splitlines()) == 2
+    assert len(list(read_trajectory(record))) == 2
 
 
 async def test_replay_backend_answers_recorded_calls_and_refuses_others(
