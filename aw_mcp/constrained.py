@@ -145,7 +145,9 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
                     if (
                         sub is False and key == "properties"
                     ):  # the grammar rejects `false`; strictness omits it
-                        notes.append(Relaxation((*at, name), name, "a `false` property is left out"))
+                        notes.append(
+                            Relaxation((*at, name), "false", "a property that must be absent is left out")
+                        )
                         continue
                     kept[name] = walk(sub, (*at, name))
                 out[key] = kept
@@ -164,7 +166,7 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
                 Relaxation(
                     (*here, "patternProperties"),
                     "patternProperties",
-                    "key patterns are not enforced (their value schemas apply to any extra key)",
+                    "key patterns are not enforced; their value schemas apply to any extra key",
                 )
             )
             extra = out.get("additionalProperties", True)

@@ -45,8 +45,9 @@ class AnswerFormat:
 
 
 def canonical_schema(schema: Mapping[str, Any] | str | AnswerFormat | None) -> str | None:
-    """The schema as canonical JSON text (the cache key); `"json_object"` or True means any JSON object. An
-    AnswerFormat's key covers its frame too."""
+    """The schema as compact JSON text (the cache key and what is compiled); `"json_object"` or True means any JSON
+    object. Key order is kept: the grammar writes an object's properties in the schema's order. An AnswerFormat's
+    key covers its frame too."""
     if schema is None:
         return None
     if isinstance(schema, AnswerFormat):
@@ -58,7 +59,7 @@ def canonical_schema(schema: Mapping[str, Any] | str | AnswerFormat | None) -> s
             raise StructuredOutputError(f"json_schema is not JSON: {exc}") from None
     if not isinstance(schema, Mapping):
         raise StructuredOutputError("json_schema must be a JSON object (a JSON Schema)")
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    return json.dumps(schema, separators=(",", ":"))
 
 
 @dataclass

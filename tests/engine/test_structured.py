@@ -12,6 +12,7 @@ import pytest
 from engine import LLM, SamplingParams
 from engine.reasoning import split_reasoning
 from engine.structured import StructuredOutputError
+from engine.testing.bounded import bounded
 
 SCHEMAS = [
     {
@@ -39,31 +40,6 @@ SCHEMAS = [
     },
 ]
 CHAT = [{"role": "user", "content": 'Action: {"name": "get_order", "arguments": {"order_id": "A-1"}}'}]
-
-
-def bounded(schema):
-    """The schema with unbounded strings, numbers and arrays capped (8 characters, integers within +-10^6,
-    2 items). A random model ends a string only when it happens to pick `"` (about 1 in 300 tokens), and a number
-    or an array just as rarely, so unbounded ones outrun any token budget; a real model ends them by meaning. A
-    bounded answer is stricter, so it also validates against the original schema."""
-    if isinstance(schema, list):
-        return [bounded(v) for v in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: bounded(v) for k, v in schema.items()}
-    kind = out.get("type")
-    kinds = kind if isinstance(kind, list) else [kind]
-    if "string" in kinds and not {"maxLength", "enum", "format", "pattern"} & out.keys():
-        out["maxLength"] = 8
-    if "integer" in kinds or "number" in kinds:
-        # the grammar bounds integers, not a float's digits: an integer is a valid number too
-        integer = ["integer" if k == "number" else k for k in kinds]
-        out["type"] = integer if isinstance(kind, list) else "integer"
-        out.setdefault("minimum", -(10**6))
-        out.setdefault("maximum", 10**6)
-    if "array" in kinds and "maxItems" not in out:
-        out["maxItems"] = 2
-    return out
 
 
 def _answer(llm: LLM, schema: dict | None, seed: int, thinking: bool = False) -> tuple[str, str | None]:
