@@ -164,7 +164,12 @@ def classify(tool: ToolSpec, outcome: Any) -> str:
 
 
 async def run_mode(
-    backend: BoundedLocal, plan: list[Target], mode: str, max_tokens: int, verbose: bool = False
+    backend: BoundedLocal,
+    plan: list[Target],
+    mode: str,
+    max_tokens: int,
+    verbose: bool = False,
+    template: str | None = None,
 ) -> tuple[Counter[str], int]:
     backend.result_only = mode == "result-only"
     simulators: dict[int, Simulator] = {}
@@ -184,7 +189,7 @@ async def run_mode(
             # A fixed clock: every call of a world shares its system prompt (the engine's prefix cache).
             now = target.world.now or "2026-03-02T10:00:00Z"
             world = target.world.model_copy(update={"model": settings, "seed": 11, "now": now})
-            sim = simulators[id(target.world)] = Simulator(world, backend)
+            sim = simulators[id(target.world)] = Simulator(world, backend, template=template)
         outcome = await sim.call(target.tool.name, target.arguments, session_key=f"{mode}-{i}")
         kind = classify(sim.world.tool(target.tool.name) or target.tool, outcome)
         counts[kind] += 1
