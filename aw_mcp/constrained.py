@@ -151,8 +151,8 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
                         continue
                     kept[name] = walk(sub, (*at, name))
                 out[key] = kept
-            elif key == "examples" or key == "default" or key == "const" or key == "enum":
-                out[key] = value  # values, not schemas
+            elif key in ("examples", "default", "const", "enum") or str(key).startswith("x-"):
+                out[key] = value  # values (or extensions), not schemas
             else:
                 out[key] = walk(value, at)
         if isinstance(out.get("oneOf"), list):
@@ -208,7 +208,12 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
                 notes.append(Relaxation((*here, "allOf"), "allOf", "only one of its schemas can be enforced"))
                 out = {**allof[0], **out} if isinstance(allof[0], dict) else out
             else:
-                out = _merge(out, merged) or out
+                combined = _merge(out, merged)
+                if combined is None:
+                    notes.append(
+                        Relaxation((*here, "allOf"), "allOf", "it disagrees with its own schema's keywords")
+                    )
+                out = combined or out
         return out
 
     return walk(schema, ()), notes
@@ -268,7 +273,7 @@ class ToolGrammar:
     load-time warning). A schema the grammar engine still refuses is found by the backend that compiles it, which
     then decodes that tool unconstrained (one warning)."""
 
-    schema: dict[str, Any]
+    schema: dict[str, Any] | None  # None: not constrained at all
     relaxations: tuple[Relaxation, ...]
 
 
@@ -282,8 +287,11 @@ def tool_grammar(output_schema: dict[str, Any], wrapper: str | None) -> ToolGram
     cached = _GRAMMARS.get(key)
     if cached is not None:
         return cached
-    relaxed, notes = relax(result_schema(copy.deepcopy(output_schema), wrapper))
-    grammar = ToolGrammar(answer_schema(relaxed), tuple(notes))
+    try:
+        relaxed, notes = relax(result_schema(copy.deepcopy(output_schema), wrapper))
+        grammar = ToolGrammar(answer_schema(relaxed), tuple(notes))
+    except RecursionError:  # deeper than the world loader checks: decode free, validate afterwards
+        grammar = ToolGrammar(None, (Relaxation((), "(schema)", "nested too deeply for a grammar"),))
     if len(_GRAMMARS) < MAX_CACHED:
         _GRAMMARS[key] = grammar
     return grammar
@@ -303,10 +311,13 @@ def constraint_for(tool: Any, domain: str) -> AnswerConstraint | None:
     """The constraint for one call of `tool` (a ToolSpec), or None when it has no output schema."""
     if tool.outputSchema is None:
         return None
+    schema = tool_grammar(tool.outputSchema, tool.outputWrapper).schema
+    if schema is None:
+        return None
     prefix, suffix = answer_frame(domain)
     return AnswerConstraint(
         name=tool.name,
-        json_schema=tool_grammar(tool.outputSchema, tool.outputWrapper).schema,
+        json_schema=schema,
         prefix=prefix,
         suffix=suffix,
         text_alternative=error_text_regex(),
