@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import logging
 import re
 import sys
 from pathlib import Path
@@ -116,3 +117,29 @@ def test_every_bundled_and_imported_output_schema_is_answered_validly_at_the_fir
         assert counts["invalid"] == total  # the random model's own output is never a valid observation
     finally:
         asyncio.run(backend.aclose())
+
+
+def test_a_grammar_the_engine_refuses_decodes_free_with_one_warning(
+    tiny_ckpt: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from aw_mcp.backends.base import AnswerConstraint, GenerationParams
+    from aw_mcp.backends.local import LocalWorldModel
+
+    # Strict objects take no extra keys, so more required properties than declared cannot be met.
+    refused = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 2}
+    constraint = AnswerConstraint("odd_tool", answer_schema(refused), prefix="**Environment Observation:**\n")
+    params = GenerationParams(temperature=1.0, max_tokens=8, thinking=False, seed=1, constraint=constraint)
+    backend = LocalWorldModel(str(tiny_ckpt), device="cpu")
+
+    async def twice() -> list[str]:
+        messages = [{"role": "user", "content": "x"}]
+        return [(await backend.generate(messages, params)).text for _ in range(2)]
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="aw_mcp.backends.local"):
+            texts = asyncio.run(twice())
+    finally:
+        asyncio.run(backend.aclose())
+    assert all(texts) and not any(t.startswith("**Environment") for t in texts)  # free, so garbage
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "odd_tool" in warning and "unconstrained" in warning
