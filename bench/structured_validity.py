@@ -11,8 +11,8 @@ the real pipeline: Simulator → local backend → engine → answer parser → 
 - free: `model.constrained: false`, the random model's own output.
 
 The random model never chooses to end a string, a number or a list, so the grammar's JSON Schema is capped for it
-(engine/testing/bounded.py: strings of 8 characters, integers within +-10^6, 2 items; the plain-text error line at
-40 characters); the answer is validated against the full, uncapped outputSchema. A real model needs no caps.
+(engine/testing/bounded.py: strings of 8 characters, integers within +-10^6, 2 items, an email / hostname / URI as
+a short pattern of its format; the plain-text error line at 40 characters); the answer is validated against the full, uncapped outputSchema. A real model needs no caps.
 
     .venv/bin/python bench/structured_validity.py [--calls 200] [--max-tokens 600] [--free-calls N]
 """
@@ -239,7 +239,8 @@ def main() -> None:
     print(f"with outputWrapper (the model writes the unwrapped value): {', '.join(wrapped)}")
     print(
         f"{args.calls} calls per mode, max_tokens {args.max_tokens}, fast mode, output_retries 0; grammar capped for "
-        f"the random model (strings 8 chars, integers +-10^6, 2 items, error line {ERROR_TEXT_CAP} chars), answers "
+        f"the random model (strings 8 chars, integers +-10^6, 2 items, "
+        f"email/hostname/uri short patterns, error line {ERROR_TEXT_CAP} chars), answers "
         "validated against the full outputSchema"
     )
     with tempfile.TemporaryDirectory() as tmp:
