@@ -23,6 +23,7 @@ import anyio
 import anyio.lowlevel
 
 from aw_mcp.backends.base import BackendError, CallRef, Generation, GenerationParams, WorldModel
+from aw_mcp.constrained import constraint_for
 from aw_mcp.context_budget import (
     DEFAULT_CONTEXT_TOKENS,
     compaction_note,
@@ -405,7 +406,11 @@ class Simulator:
         problem = ""
         for attempt in range(self.output_retries + 1):
             record.attempts = attempt + 1
-            params = replace(self.params, seed=call_seed(self.world.seed, record.index, attempt))
+            params = replace(
+                self.params,
+                seed=call_seed(self.world.seed, record.index, attempt),
+                constraint=constraint_for(tool, self.world.domain) if self.world.model.constrained else None,
+            )
 
             async def on_progress(tokens: int, message: str, _base: int = done_tokens) -> None:
                 if report is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import logging
 import re
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from aw_mcp.constrained import relaxation_warnings
 from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, Domain
 from aw_mcp.errors import UserError
 from aw_mcp.perturb.injections import BUILTIN_INJECTIONS, InjectionSlot
@@ -23,6 +25,8 @@ from aw_mcp.perturb.spec import CatalogFault, ErrorFault, InjectFault, Perturbat
 from aw_mcp.schema_check import keyword_problems, ref_problem
 from aw_mcp.spec_model import StrictSpecModel
 from aw_mcp.spec_source import PathKey, SpecSource, SpecSyntaxError, parse_yaml, read_yaml
+
+log = logging.getLogger(__name__)
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 MAX_PROBLEM_CHARS = 300  # a schema error quoting a huge argument value is cut to this length
@@ -272,6 +276,9 @@ class ModelSettings(StrictSpecModel):
     timeout_s: float = Field(default=600.0, gt=0, le=86_400, allow_inf_nan=False)
     retries: int = Field(default=3, ge=0, le=20, strict=True)
     output_retries: int = Field(default=2, ge=0, le=10, strict=True)
+    # Decode a tool with an outputSchema under a grammar (its schema, or an error), valid by construction
+    # (aw_mcp/constrained.py); post-hoc validation and output_retries still apply.
+    constrained: bool = Field(default=True, strict=True)
 
     @field_validator("base_url")
     @classmethod
@@ -571,7 +578,7 @@ def schema_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
                         "error" if is_error else "warning",
                     )
                 )
-    return issues
+    return issues + grammar_issues(source, world)
 
 
 def load_issues(source: SpecSource) -> list[SpecIssue]:
@@ -611,7 +618,27 @@ def load_world(path: str | Path) -> WorldSpec:
         source = read_yaml(path)
     except SpecSyntaxError as exc:
         raise WorldSpecError([SpecIssue(exc.path, exc.line, "(file)", exc.message)]) from None
-    return world_from_source(source)
+    world = world_from_source(source)
+    for issue in grammar_issues(source, world):  # `aw-mcp validate` prints them with the other warnings
+        log.warning("%s", issue)
+    return world
+
+
+def grammar_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
+    """Warnings: what constrained decoding (`model.constrained`) cannot enforce in the tools' output schemas."""
+    if not world.model.constrained:
+        return []
+    issues = []
+    for i, tool in enumerate(world.tools):
+        for pointer, message in relaxation_warnings(tool):
+            loc: PathKey = ("tools", i, "outputSchema", *pointer)
+            field = _field_path(("tools", i, "outputSchema"))
+            issues.append(
+                SpecIssue(
+                    source.path, source.locate(loc)[0], field, f"tool {tool.name}: {message}", "warning"
+                )
+            )
+    return issues
 
 
 def load_world_text(text: str, path: str = "<string>") -> WorldSpec:

@@ -30,7 +30,7 @@ from engine.sampling import SamplingParams, make_generator
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence as EngineSequence
 from engine.sequence import StopCheck, StreamDelta
-from engine.structured import Constraint, GrammarCompiler, canonical_schema
+from engine.structured import AnswerFormat, Constraint, GrammarCompiler, canonical_schema
 
 Prompt = str | list[int]
 _DTYPES = {
@@ -409,10 +409,16 @@ class LLM:
         if grammar is None:
             return None
         waits = params.structured_after is not None and in_thinking
-        return Constraint(grammar, active=not waits, forbidden_tokens=self.grammars.forbidden_tokens)
+        framed = isinstance(params.json_schema, AnswerFormat)
+        forbidden = self.grammars.forbidden_framed if framed else self.grammars.forbidden_tokens
+        return Constraint(grammar, active=not waits, forbidden_tokens=forbidden)
 
-    def compile_schema(self, json_schema: dict | str | None):
-        """The grammar of a JSON Schema (cached per schema); raises StructuredOutputError for one it cannot take."""
+    def compile_schema(self, json_schema: dict | str | AnswerFormat | None):
+        """The grammar of a JSON Schema or a framed answer (cached); raises StructuredOutputError for one it
+        cannot take."""
+        if isinstance(json_schema, AnswerFormat):
+            with self._grammar_lock:
+                return self.grammars.compile(json_schema)
         schema = canonical_schema(json_schema)
         if schema is None:
             return None

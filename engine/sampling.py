@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.structured import AnswerFormat
+
 
 @dataclass
 class SamplingParams:
@@ -20,8 +22,9 @@ class SamplingParams:
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     thinking_budget: int | None = None  # after this many thinking tokens, `</think>` is forced
-    # Schema-constrained answer (engine/structured.py): a JSON Schema (dict or JSON text) the answer must follow.
-    json_schema: dict | str | None = None
+    # Schema-constrained answer (engine/structured.py): a JSON Schema (dict or JSON text) the answer must follow,
+    # or an AnswerFormat (the JSON framed in fixed text, with an optional plain-text alternative).
+    json_schema: dict | str | AnswerFormat | None = None
     # When the constraint starts: "</think>" = after the thinking (free while thinking), None = from the first token.
     structured_after: str | None = "</think>"
 

@@ -6,7 +6,12 @@ here by the schema's canonical JSON) and, per request, a matcher that fills a to
 accepts the sampled token. The mask is applied to that row's logits right before sampling — after the model (and
 after a CUDA graph's replay), so capture is untouched — and rows without a schema are never touched. While the
 request is thinking (its prompt left `<think>` open and `</think>` has not come) it generates freely; the thinking
-budget still forces `</think>`, and the constraint starts with the next token."""
+budget still forces `</think>`, and the constraint starts with the next token.
+
+An `AnswerFormat` frames the JSON in text: a fixed prefix (a trained answer marker), the JSON value (pretty-printed
+with `indent` when set, as the trained observations are), or instead one line matching a regex (a plain-text error),
+then a fixed suffix. It is composed from xgrammar's JSON Schema, regex and EBNF grammars (concat / union) and cached
+like a plain schema."""
 
 from __future__ import annotations
 
@@ -22,10 +27,31 @@ class StructuredOutputError(ValueError):
     """The schema cannot be compiled into a grammar (the message says why)."""
 
 
-def canonical_schema(schema: Mapping[str, Any] | str | None) -> str | None:
-    """The schema as canonical JSON text (the cache key); `"json_object"` or True means any JSON object."""
+@dataclass(frozen=True)
+class AnswerFormat:
+    """An answer that is `prefix`, then a JSON value valid for `json_schema` (or, when `alternative` is set, text
+    matching that regex instead), then `suffix`. `indent`: the JSON's layout (None = compact, one line)."""
+
+    json_schema: Mapping[str, Any] | str
+    prefix: str = ""
+    suffix: str = ""
+    alternative: str | None = None
+    indent: int | None = None
+
+    def key(self) -> str:
+        schema = canonical_schema(self.json_schema)
+        fields = [schema, self.prefix, self.suffix, self.alternative, self.indent]
+        return "answer:" + json.dumps(fields, separators=(",", ":"))
+
+
+def canonical_schema(schema: Mapping[str, Any] | str | AnswerFormat | None) -> str | None:
+    """The schema as compact JSON text (the cache key and what is compiled); `"json_object"` or True means any JSON
+    object. Key order is kept: the grammar writes an object's properties in the schema's order. An AnswerFormat's
+    key covers its frame too."""
     if schema is None:
         return None
+    if isinstance(schema, AnswerFormat):
+        return schema.key()
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -33,7 +59,7 @@ def canonical_schema(schema: Mapping[str, Any] | str | None) -> str | None:
             raise StructuredOutputError(f"json_schema is not JSON: {exc}") from None
     if not isinstance(schema, Mapping):
         raise StructuredOutputError("json_schema must be a JSON object (a JSON Schema)")
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    return json.dumps(schema, separators=(",", ":"))
 
 
 @dataclass
@@ -52,32 +78,73 @@ class GrammarCompiler:
     # `<|im_start|>`, `<|endoftext|>` ...), which the grammar sees as plain text inside a string but the engine
     # reads as control (an end token mid-string would cut the JSON). The grammar's own end tokens stay allowed.
     forbidden_tokens: torch.Tensor | None = None
+    # The same for framed answers (AnswerFormat), less the tokens whose only control byte is a line feed: a frame
+    # and an indented layout need them, and the grammar (whose strings exclude raw control characters) decides.
+    forbidden_framed: torch.Tensor | None = None
 
-    def compile(self, schema_json: str) -> Any:
-        grammar = self._cache.get(schema_json)
+    def _start(self) -> None:
+        import xgrammar
+
+        info = xgrammar.TokenizerInfo.from_huggingface(
+            self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=sorted(self.stop_token_ids)
+        )
+        self._compiler = xgrammar.GrammarCompiler(info, max_threads=2)
+        forbidden = torch.zeros(self.vocab_size, dtype=torch.bool)
+        framed = torch.zeros(self.vocab_size, dtype=torch.bool)
+        for token_id, piece in enumerate(info.decoded_vocab[: self.vocab_size]):
+            controls = {byte for byte in piece if byte < 0x20}
+            forbidden[token_id] = bool(controls)
+            framed[token_id] = bool(controls - {0x0A})
+        added = [i for i in self.tokenizer.added_tokens_decoder if i < self.vocab_size]
+        for mask in (forbidden, framed):
+            mask[added] = True
+            mask[sorted(self.stop_token_ids)] = False
+        self.forbidden_tokens, self.forbidden_framed = forbidden, framed
+
+    def compile(self, schema: str | AnswerFormat) -> Any:
+        """The compiled grammar of a canonical JSON Schema text or of an AnswerFormat (cached)."""
+        key = schema.key() if isinstance(schema, AnswerFormat) else schema
+        grammar = self._cache.get(key)
         if grammar is None:
-            import xgrammar
-
             if self._compiler is None:
-                info = xgrammar.TokenizerInfo.from_huggingface(
-                    self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=sorted(self.stop_token_ids)
-                )
-                self._compiler = xgrammar.GrammarCompiler(info, max_threads=2)
-                forbidden = torch.zeros(self.vocab_size, dtype=torch.bool)
-                for token_id, piece in enumerate(info.decoded_vocab[: self.vocab_size]):
-                    forbidden[token_id] = any(byte < 0x20 for byte in piece)
-                added = [i for i in self.tokenizer.added_tokens_decoder if i < self.vocab_size]
-                forbidden[added] = True
-                forbidden[sorted(self.stop_token_ids)] = False
-                self.forbidden_tokens = forbidden
+                self._start()
             try:
-                # Compact JSON (no free whitespace between tokens): the model cannot wander in blank space.
-                grammar = self._compiler.compile_json_schema(schema_json, any_whitespace=False)
+                if isinstance(schema, AnswerFormat):
+                    grammar = self._compiler.compile_grammar(answer_grammar(schema))
+                else:
+                    # Compact JSON (no free whitespace between tokens): the model cannot wander in blank space.
+                    grammar = self._compiler.compile_json_schema(schema, any_whitespace=False)
+            except StructuredOutputError:
+                raise
             except Exception as exc:  # xgrammar raises RuntimeError for schemas it cannot express
                 raise StructuredOutputError(f"cannot compile the JSON Schema into a grammar: {exc}") from None
-            self._cache[schema_json] = grammar
+            self._cache[key] = grammar
             self.compiles += 1
         return grammar
+
+
+def answer_grammar(answer: AnswerFormat) -> Any:
+    """The xgrammar Grammar of a framed answer: prefix, (JSON | alternative), suffix."""
+    import xgrammar
+
+    schema = canonical_schema(answer.json_schema)
+    try:
+        body = xgrammar.Grammar.from_json_schema(schema, any_whitespace=False, indent=answer.indent)
+    except Exception as exc:
+        raise StructuredOutputError(f"cannot compile the JSON Schema into a grammar: {exc}") from None
+    if answer.alternative is not None:
+        try:
+            body = xgrammar.Grammar.union(body, xgrammar.Grammar.from_regex(answer.alternative))
+        except Exception as exc:
+            raise StructuredOutputError(
+                f"cannot compile the alternative {answer.alternative!r}: {exc}"
+            ) from None
+    # An EBNF string literal takes JSON's escapes (\n, \", \\, \uXXXX).
+    parts = [xgrammar.Grammar.from_ebnf(f"root ::= {json.dumps(answer.prefix)}")] if answer.prefix else []
+    parts.append(body)
+    if answer.suffix:
+        parts.append(xgrammar.Grammar.from_ebnf(f"root ::= {json.dumps(answer.suffix)}"))
+    return xgrammar.Grammar.concat(*parts) if len(parts) > 1 else body
 
 
 class Constraint:

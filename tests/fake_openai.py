@@ -9,6 +9,10 @@
         ...
     assert server.requests[0].body["stream"] is True
 
+``reject_response_format`` (an error message) makes the server refuse every request that carries
+``response_format`` with HTTP 400 and that message, as a server without structured output does; the refused
+request is recorded and does not consume the script.
+
 ``script`` may also be a list of replies (call n gets item n, the last one repeats). ``call_number`` counts chat
 completion requests from 0. An exception raised by the script becomes an HTTP 500 whose body names it, and is kept
 in ``server.script_errors`` so the test can re-raise it.
@@ -96,9 +100,12 @@ class _DropConnection:
 class ScriptedOpenAIServer:
     """Context manager running the fake server on a free 127.0.0.1 port in a background thread."""
 
-    def __init__(self, script: Script, *, model: str = "fake-world-model") -> None:
+    def __init__(
+        self, script: Script, *, model: str = "fake-world-model", reject_response_format: str | None = None
+    ) -> None:
         self.script = script
         self.model = model
+        self.reject_response_format = reject_response_format
         self.requests: list[ReceivedRequest] = []
         self.script_errors: list[BaseException] = []
         self._calls = 0
@@ -179,6 +186,11 @@ class ScriptedOpenAIServer:
         self.requests.append(
             ReceivedRequest(request.url.path, body, {k.lower(): v for k, v in request.headers.items()})
         )
+        if self.reject_response_format is not None and "response_format" in body:
+            error = {
+                "error": {"message": self.reject_response_format, "type": "BadRequestError", "code": 400}
+            }
+            return JSONResponse(error, 400)
         try:
             reply = self._next_reply(body)
         except Exception as error:  # the test inspects it; the client sees a 500

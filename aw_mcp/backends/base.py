@@ -18,6 +18,22 @@ ProgressCallback = Callable[[int, str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
+class AnswerConstraint:
+    """What the answer must be, for backends that decode under a grammar (aw_mcp/constrained.py builds it).
+
+    The answer is `prefix`, then one JSON value valid for `json_schema` (or, instead, text matching the regex
+    `text_alternative`), then `suffix`. A backend that can only constrain JSON (an OpenAI-compatible server's
+    `response_format`) sends `json_schema` alone, and the answer is then the bare JSON value. `name` (the tool's)
+    labels the schema where a server asks for one."""
+
+    name: str
+    json_schema: dict[str, Any]
+    prefix: str = ""
+    suffix: str = ""
+    text_alternative: str | None = None
+
+
+@dataclass(frozen=True)
 class GenerationParams:
     """Sampling settings; the defaults are the official evaluation's (temperature 0.6, 32768 tokens). top_p and top_k
     are None unless set: the server's own generation config decides them."""
@@ -29,6 +45,8 @@ class GenerationParams:
     thinking: bool = True
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # Constrained decoding for this call (None: free text). Backends that cannot constrain ignore it.
+    constraint: AnswerConstraint | None = None
 
 
 @dataclass(frozen=True)

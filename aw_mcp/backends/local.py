@@ -7,6 +7,7 @@ cancels the request, which leaves the batch at the next step.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -15,6 +16,7 @@ import anyio
 import anyio.to_thread
 
 from aw_mcp.backends.base import (
+    AnswerConstraint,
     BackendError,
     CallRef,
     ChatMessage,
@@ -24,11 +26,30 @@ from aw_mcp.backends.base import (
     WorldModel,
 )
 
+log = logging.getLogger(__name__)
+
 PROGRESS_INTERVAL_S = 1.0
+ANSWER_INDENT = (
+    2  # the trained observations' JSON layout (json.dumps(indent=2), as the demonstrations show it)
+)
 
 
-def sampling_params(params: GenerationParams) -> Any:
-    """The engine's SamplingParams for these settings; top_p / top_k unset mean no filtering (all tokens)."""
+def answer_format(constraint: AnswerConstraint) -> Any:
+    """The engine's framed-answer grammar for a constraint: the trained frame around the JSON, pretty-printed."""
+    from engine.structured import AnswerFormat
+
+    return AnswerFormat(
+        json_schema=constraint.json_schema,
+        prefix=constraint.prefix,
+        suffix=constraint.suffix,
+        alternative=constraint.text_alternative,
+        indent=ANSWER_INDENT,
+    )
+
+
+def sampling_params(params: GenerationParams, answer: Any = None) -> Any:
+    """The engine's SamplingParams for these settings; top_p / top_k unset mean no filtering (all tokens).
+    `answer`: the AnswerFormat to decode under (after the thinking, when the model thinks)."""
     from engine import SamplingParams
 
     return SamplingParams(
@@ -38,6 +59,8 @@ def sampling_params(params: GenerationParams) -> Any:
         max_tokens=params.max_tokens,
         seed=params.seed,
         stop=list(params.stop) or None,
+        json_schema=answer,
+        structured_after="</think>" if params.thinking else None,
     )
 
 
@@ -57,6 +80,9 @@ class LocalWorldModel(WorldModel):
         self.max_model_len = max_model_len
         self._llm = None
         self._load_lock = threading.Lock()
+        self._refused: set[str] = (
+            set()
+        )  # tools whose answer grammar the engine could not compile (warned once)
 
     def _load(self):
         with self._load_lock:
@@ -92,14 +118,17 @@ class LocalWorldModel(WorldModel):
     ) -> Generation:
         from engine.reasoning import split_reasoning
 
-        sampling = sampling_params(params)
-
-        def encode() -> tuple[object, list[int]]:
+        def encode() -> tuple[Any, list[int], Any]:
             llm = self._load()
-            return llm, llm.encode(llm.render_chat(list(messages), enable_thinking=params.thinking))
+            return (
+                llm,
+                llm.encode(llm.render_chat(list(messages), enable_thinking=params.thinking)),
+                self._grammar(llm, params.constraint),
+            )
 
         try:
-            llm, prompt = await anyio.to_thread.run_sync(encode, abandon_on_cancel=True)
+            llm, prompt, answer = await anyio.to_thread.run_sync(encode, abandon_on_cancel=True)
+            sampling = sampling_params(params, answer)
             pieces: list[str] = []
             finish, generated, last_report = None, 0, time.monotonic()
             # Deltas arrive on this event loop from the engine's step loop; cancelling this task cancels the
@@ -132,6 +161,23 @@ class LocalWorldModel(WorldModel):
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
         )
+
+    def _grammar(self, llm: Any, constraint: AnswerConstraint | None) -> Any:
+        """The compiled-and-cached answer format, or None: no constraint, or one the grammar engine refuses (then
+        the tool is decoded free and validated afterwards; one warning per tool)."""
+        if constraint is None:
+            return None
+        from engine.structured import StructuredOutputError
+
+        answer = answer_format(constraint)
+        try:
+            llm.compile_schema(answer)
+        except StructuredOutputError as exc:
+            if constraint.name not in self._refused:
+                self._refused.add(constraint.name)
+                log.warning("%s: decoding unconstrained (validated afterwards): %s", constraint.name, exc)
+            return None
+        return answer
 
     async def aclose(self) -> None:
         llm, self._llm = self._llm, None

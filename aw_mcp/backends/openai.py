@@ -7,14 +7,25 @@ API elsewhere still works.
 The answer is streamed (SSE) so the caller can report progress while the model thinks; a server that ignores
 ``stream`` and answers with one JSON completion is accepted too. Thinking arrives in ``delta.reasoning_content``
 (SGLang, older vLLM) or ``delta.reasoning`` (newer vLLM), depending on the server's reasoning parser.
+
+A call with a constraint (a tool with an outputSchema) asks for it as vLLM and SGLang accept it: ``response_format =
+{"type": "json_schema", "json_schema": {"name", "schema", "strict": true}}``; the answer is then the bare JSON (a
+reasoning parser keeps the thinking free). Support is learnt once per backend: when a request carrying
+``response_format`` is refused with HTTP 400 or 422 and the same request without it succeeds, the server is taken
+not to support it when the error body names it (response_format, json_schema, guided, structured, grammar) or no
+constrained request has succeeded yet; one warning is logged and it is never sent again (validate-and-retry
+remains). When constrained requests had succeeded before, the refusal is taken to be about that one schema, which
+is then no longer sent (one warning per tool). A request refused again without it reports the second error.
 """
 
 from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +44,14 @@ from aw_mcp.backends.base import (
     WorldModel,
 )
 
+log = logging.getLogger(__name__)
+
 BODY_EXCERPT_CHARS = 500
+# An error body that names one of these blames the constraint (vLLM, SGLang, TGI and OpenAI wordings).
+_CONSTRAINT_WORDS = re.compile(
+    r"response_format|json_schema|guided|structured|grammar|xgrammar|outlines", re.I
+)
+MAX_CHECKED_BODY = 8000
 PROGRESS_INTERVAL_S = (
     0.25  # at most ~4 progress notifications per second; clients render them, not count them
 )
@@ -63,6 +81,20 @@ def redact_text(text: str, url: str) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+class _Rejected(BackendError):
+    """The server refused the request (a 4xx other than 429): the same request would fail the same way."""
+
+    def __init__(self, message: str, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+def schema_name(tool: str) -> str:
+    """A `json_schema.name` servers accept (OpenAI: 1-64 of A-Z a-z 0-9 _ -)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", tool)[:64] or "observation"
 
 
 class _Retryable(Exception):
@@ -153,6 +185,9 @@ class OpenAIWorldModel(WorldModel):
         self.timeout = httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
         self._owns_client = http_client is None
         self._client = http_client if http_client is not None else httpx.AsyncClient(timeout=self.timeout)
+        # Does the server take response_format? None: not known yet; True: it took one; False: it refused it.
+        self.response_format_supported: bool | None = None
+        self._refused_tools: set[str] = set()  # tools whose schema alone was refused
 
     def request_body(self, messages: list[ChatMessage], params: GenerationParams) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -175,6 +210,20 @@ class OpenAIWorldModel(WorldModel):
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
+        constraint = params.constraint
+        if (
+            constraint is not None
+            and self.response_format_supported is not False
+            and constraint.name not in self._refused_tools
+        ):
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": schema_name(constraint.name),
+                    "schema": constraint.json_schema,
+                    "strict": True,
+                },
+            }
         return body
 
     def _headers(self) -> dict[str, str]:
@@ -191,9 +240,55 @@ class OpenAIWorldModel(WorldModel):
         call: CallRef | None = None,
     ) -> Generation:
         body = self.request_body(messages, params)
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            generation = await self._generate(body, on_progress, deadline)
+        except _Rejected as rejection:
+            if "response_format" not in body or not self._may_blame_constraint(rejection):
+                raise
+            plain = {key: value for key, value in body.items() if key != "response_format"}
+            generation = await self._generate(plain, on_progress, deadline)  # a second refusal is reported
+            self._constraint_refused(params, rejection)
+            return generation
+        if "response_format" in body:
+            self.response_format_supported = True
+        return generation
+
+    def _may_blame_constraint(self, rejection: _Rejected) -> bool:
+        if rejection.status not in (400, 422):
+            return False
+        return self.response_format_supported is None or bool(_CONSTRAINT_WORDS.search(rejection.body))
+
+    def _constraint_refused(self, params: GenerationParams, rejection: _Rejected) -> None:
+        """The request went through without response_format after a refusal with it: remember, warn once."""
+        named = bool(_CONSTRAINT_WORDS.search(rejection.body))
+        if self.response_format_supported is True and named and params.constraint is not None:
+            tool = params.constraint.name
+            if tool not in self._refused_tools:
+                self._refused_tools.add(tool)
+                log.warning(
+                    "world model server %s refused the output schema of %s as response_format (%s); decoding "
+                    "that tool unconstrained, validated afterwards",
+                    self.url,
+                    tool,
+                    _excerpt(rejection.body),
+                )
+            return
+        if self.response_format_supported is not False:
+            self.response_format_supported = False
+            log.warning(
+                "world model server %s does not accept response_format (HTTP %d: %s); falling back to "
+                "validate-and-retry for every structured tool",
+                self.url,
+                rejection.status,
+                _excerpt(rejection.body),
+            )
+
+    async def _generate(
+        self, body: dict[str, Any], on_progress: ProgressCallback | None, deadline: float
+    ) -> Generation:
         attempts = self.retries + 1
         last_reason = "no attempt made"
-        deadline = time.monotonic() + self.timeout_s
         attempt = 0
         for attempt in range(1, attempts + 1):
             try:
@@ -266,12 +361,15 @@ class OpenAIWorldModel(WorldModel):
 
     async def _raise_for_status(self, response: httpx.Response) -> None:
         status = response.status_code
-        excerpt = _excerpt((await response.aread()).decode("utf-8", errors="replace"))
+        text = (await response.aread()).decode("utf-8", errors="replace")
+        excerpt = _excerpt(text)
         reason = f"HTTP {status}: {excerpt or '(empty body)'}"
         if status == 429 or status >= 500:
             raise _Retryable(reason, _retry_after_seconds(response.headers.get("retry-after")))
         # Other 4xx (bad request, auth, unknown model) will fail the same way every time.
-        raise BackendError(f"world model server {self.url} rejected the request: {reason}")
+        raise _Rejected(
+            f"world model server {self.url} rejected the request: {reason}", status, text[:MAX_CHECKED_BODY]
+        )
 
     async def _read_stream(self, lines: Any, on_progress: ProgressCallback | None) -> _Accumulator:
         acc = _Accumulator()
