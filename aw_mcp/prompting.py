@@ -73,6 +73,8 @@ def render_tool_definitions(world: WorldSpec) -> str:
         wire = tool.wire()
         if tool.outputWrapper and tool.outputSchema:  # the model writes the API's own (unwrapped) value
             wire["outputSchema"] = tool.outputSchema["properties"][tool.outputWrapper]
+        if tool.errors:  # the prompt's rules name "its `errors`"; agents never see them (not an MCP field)
+            wire["errors"] = [e.model_dump(exclude_defaults=True) for e in tool.errors]
         definitions.append(wire)
     parts = []
     if signatures:

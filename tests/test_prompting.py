@@ -62,6 +62,15 @@ def test_system_prompt_carries_tools_examples_facts_state_clock() -> None:
     assert '## Example 1\n### Turn 1\n**Action:**\n```json\n{\n  "name": "get_order"' in text
 
 
+def test_declared_errors_reach_the_model_not_the_agent() -> None:
+    """The mcp prompt tells the model to fail with "the named error the tool declares (its `errors`)": the tool
+    definitions it reads must carry them; the MCP tool list has no such field."""
+    world = load_world_text(SMALL_WORLD)  # cancel_order declares already_shipped
+    text = render_system_prompt(world, "2026-03-01T09:00:00+00:00")
+    assert '"errors": [\n      {\n        "name": "already_shipped",' in text
+    assert "errors" not in world.tool("cancel_order").wire()
+
+
 def test_conversation_shape_alternates_actions_and_observations() -> None:
     world = load_world_text(SMALL_WORLD)
     history = [Turn("get_order", {"order_id": "ORD-1"}, '{"id": "ORD-1", "status": "pending"}')]
