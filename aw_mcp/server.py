@@ -27,6 +27,7 @@ from aw_mcp import __version__
 from aw_mcp.backends.base import BackendError
 from aw_mcp.errors import ServeError
 from aw_mcp.http_guard import BearerAuth, HttpOptions, ReleaseOnDelete, check_exposure, transport_security
+from aw_mcp.scorecard import score
 from aw_mcp.session import SessionKeyError, WorldSession
 from aw_mcp.simulator import Simulator, UnknownToolError
 from aw_mcp.stdio_guard import answer_malformed_lines
@@ -38,6 +39,7 @@ SESSION_META_KEY = "aw/session"
 SPEC_URI = "world://spec"
 TRAJECTORY_URI = "world://trajectory"
 FAULTS_URI = "world://faults"
+SCORECARD_URI = "world://scorecard"
 
 
 @dataclass
@@ -193,6 +195,15 @@ def build_server(app: WorldApp) -> Server[Any]:
                     mime_type="application/json",
                 )
             )
+            resources.append(
+                types.Resource(
+                    uri=SCORECARD_URI,
+                    name="scorecard",
+                    title="Robustness scorecard of this session",
+                    description="What the agent did about each fault so far (the JSON of `aw-mcp report --json`).",
+                    mime_type="application/json",
+                )
+            )
         return types.ListResourcesResult(resources=resources)
 
     async def read_resource(
@@ -207,6 +218,10 @@ def build_server(app: WorldApp) -> Server[Any]:
         elif params.uri == FAULTS_URI:
             document = faults_document(app, session_key(ctx))
             text, mime = json.dumps(document, ensure_ascii=False, indent=2, default=str), "application/json"
+        elif params.uri == SCORECARD_URI:
+            session = world_session(app, session_key(ctx))
+            card = score([(f"{app.world.name}/{session.id}", [*session.records, *session.listings])])
+            text, mime = card.model_dump_json(indent=2), "application/json"
         else:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {params.uri}")
         return types.ReadResourceResult(

@@ -17,7 +17,8 @@ from mcp import Client, MCPError
 from aw_mcp.perturb import apply
 from aw_mcp.perturb.planner import decide
 from aw_mcp.records import TrajectoryWriter, read_trajectory
-from aw_mcp.server import FAULTS_URI, WorldApp, build_server
+from aw_mcp.scorecard import Scorecard, score_files
+from aw_mcp.server import FAULTS_URI, SCORECARD_URI, WorldApp, build_server
 from aw_mcp.session import SessionRegistry
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import load_world_text
@@ -566,7 +567,13 @@ async def test_schedules_through_the_server_and_the_record_of_what_fired(tmp_pat
         for tool, args in calls:
             await client.call_tool(tool, args)
         resource = json.loads((await client.read_resource(FAULTS_URI)).contents[0].text)
+        live = Scorecard.model_validate_json((await client.read_resource(SCORECARD_URI)).contents[0].text)
     fired = faults_of(simulator)
+    # world://scorecard grades the session as `aw-mcp report` grades its trajectory
+    from_file = score_files([trajectory])
+    assert live.reactions and [(r.call, r.fault, r.category, r.outcome, r.data) for r in live.reactions] == [
+        (r.call, r.fault, r.category, r.outcome, r.data) for r in from_file.reactions
+    ]
 
     def fired_on(name: str) -> list[int]:
         tool_calls = [i for i, (tool, _) in enumerate(calls) if name in fired[i]]
