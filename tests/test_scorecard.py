@@ -357,3 +357,19 @@ def test_torn_and_foreign_lines_are_reported_at_file_and_line(
     foreign.write_text(path.read_text().splitlines()[0] + '\n{"judgement": {"mean": 4}}\n')
     assert main(["report", str(path), str(foreign)]) == 1
     assert f"{foreign}:2: " in capsys.readouterr().err
+
+
+def test_several_trajectories_with_o_write_one_aggregate_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hasty, patient = (
+        ignoring_agent(tmp_path, "hasty.jsonl", 0.1),
+        ignoring_agent(tmp_path, "patient.jsonl", 2.5),
+    )
+    page = tmp_path / "both.html"
+    assert main(["report", str(hasty), str(patient), "-o", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<h1>Robustness scorecard</h1>" in text
+    assert text.count("<h3>retry_after</h3>") == 1 and "hasty.jsonl" in text and "patient.jsonl" in text
+    assert 'href="#' not in text  # no per-call rows on an aggregate page, so no links to them
+    assert f"report: {page}" in capsys.readouterr().out
