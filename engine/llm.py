@@ -411,7 +411,9 @@ class LLM:
         waits = params.structured_after is not None and in_thinking
         framed = isinstance(params.json_schema, AnswerFormat)
         forbidden = self.grammars.forbidden_framed if framed else self.grammars.forbidden_tokens
-        return Constraint(grammar, active=not waits, forbidden_tokens=forbidden)
+        return Constraint(
+            grammar, active=not waits, forbidden_tokens=forbidden, utf8_guard=self.grammars.utf8_guard()
+        )
 
     def compile_schema(self, json_schema: dict | str | AnswerFormat | None):
         """The grammar of a JSON Schema or a framed answer (cached); raises StructuredOutputError for one it

@@ -16,6 +16,7 @@ like a plain schema."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,12 @@ class GrammarCompiler:
     # The same for framed answers (AnswerFormat), less the tokens whose only control byte is a line feed: a frame
     # and an indented layout need them, and the grammar (whose strings exclude raw control characters) decides.
     forbidden_framed: torch.Tensor | None = None
+    # xgrammar's string rule admits UTF-8-encoded surrogates (0xED then 0xA0-0xBF: U+D800-U+DFFF, not valid
+    # UTF-8; they decode to U+FFFD and break `maxLength`). Tokens holding such a pair are in the forbidden masks;
+    # a pair split across two tokens is kept out per request: after a token ending in 0xED, the next one may not
+    # start with 0xA0-0xBF (`Constraint.accept` tracks it, `mask_logits` applies it).
+    ends_in_ed: torch.Tensor | None = None
+    surrogate_tails: torch.Tensor | None = None
 
     def _start(self) -> None:
         import xgrammar
@@ -91,15 +98,27 @@ class GrammarCompiler:
         self._compiler = xgrammar.GrammarCompiler(info, max_threads=2)
         forbidden = torch.zeros(self.vocab_size, dtype=torch.bool)
         framed = torch.zeros(self.vocab_size, dtype=torch.bool)
+        ends_in_ed = torch.zeros(self.vocab_size, dtype=torch.bool)
+        tails = torch.zeros(self.vocab_size, dtype=torch.bool)
         for token_id, piece in enumerate(info.decoded_vocab[: self.vocab_size]):
             controls = {byte for byte in piece if byte < 0x20}
-            forbidden[token_id] = bool(controls)
-            framed[token_id] = bool(controls - {0x0A})
+            surrogate = _SURROGATE.search(piece) is not None
+            forbidden[token_id] = bool(controls) or surrogate
+            framed[token_id] = bool(controls - {0x0A}) or surrogate
+            ends_in_ed[token_id] = piece.endswith(b"\xed")
+            tails[token_id] = bool(piece) and 0xA0 <= piece[0] <= 0xBF
         added = [i for i in self.tokenizer.added_tokens_decoder if i < self.vocab_size]
         for mask in (forbidden, framed):
             mask[added] = True
             mask[sorted(self.stop_token_ids)] = False
         self.forbidden_tokens, self.forbidden_framed = forbidden, framed
+        self.ends_in_ed, self.surrogate_tails = ends_in_ed, tails
+
+    def utf8_guard(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(tokens ending in 0xED, tokens starting with 0xA0-0xBF) for a Constraint; None before the first compile."""
+        if self.ends_in_ed is None or self.surrogate_tails is None:
+            return None
+        return self.ends_in_ed, self.surrogate_tails
 
     def compile(self, schema: str | AnswerFormat) -> Any:
         """The compiled grammar of a canonical JSON Schema text or of an AnswerFormat (cached)."""
@@ -147,15 +166,26 @@ def answer_grammar(answer: AnswerFormat) -> Any:
     return xgrammar.Grammar.concat(*parts) if len(parts) > 1 else body
 
 
+_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+
+
 class Constraint:
     """One request's grammar state. `active` once its thinking is over."""
 
-    def __init__(self, grammar: Any, active: bool, forbidden_tokens: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        grammar: Any,
+        active: bool,
+        forbidden_tokens: torch.Tensor | None = None,
+        utf8_guard: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
         import xgrammar
 
         self.matcher = xgrammar.GrammarMatcher(grammar)
         self.active = active
         self._forbidden = forbidden_tokens
+        self._ends_in_ed, self._tails = utf8_guard if utf8_guard is not None else (None, None)
+        self.after_ed = False  # the last accepted token ended in 0xED: a surrogate tail must not follow
 
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         """Write this request's allowed-next-token bits into row `row` of a batch bitmask."""
@@ -167,7 +197,14 @@ class Constraint:
         return self._forbidden
 
     def accept(self, token: int) -> bool:
+        ends = self._ends_in_ed
+        self.after_ed = ends is not None and token < ends.shape[0] and bool(ends[token])
         return bool(self.matcher.accept_token(token))
+
+    def surrogate_tails_on(self, device: torch.device) -> torch.Tensor | None:
+        if self._tails is not None and self._tails.device != device:
+            self._tails = self._tails.to(device)
+        return self._tails
 
     @property
     def finished(self) -> bool:
@@ -187,3 +224,7 @@ def mask_logits(logits: torch.Tensor, rows: list[int], constraints: list[Constra
         forbidden = constraint.forbidden_on(logits.device)
         if forbidden is not None:
             logits[row].masked_fill_(forbidden[: logits.shape[-1]], float("-inf"))
+        if constraint.after_ed:
+            tails = constraint.surrogate_tails_on(logits.device)
+            if tails is not None:
+                logits[row].masked_fill_(tails[: logits.shape[-1]], float("-inf"))

@@ -29,9 +29,8 @@ from aw_mcp.backends.base import (
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_S = 1.0
-ANSWER_INDENT = (
-    2  # the trained observations' JSON layout (json.dumps(indent=2), as the demonstrations show it)
-)
+# The trained observations' JSON layout (json.dumps(indent=2), as the demonstrations show it).
+ANSWER_INDENT = 2
 
 
 def answer_format(constraint: AnswerConstraint) -> Any:

@@ -153,3 +153,41 @@ def test_engine_serve_takes_response_format(tiny_llm: LLM) -> None:
     assert _valid(reply["choices"][0]["message"]["content"], schema), reply
     bad = {**body, "response_format": {"type": "json_schema"}}
     assert client.post("/v1/chat/completions", json=bad).status_code == 400
+
+
+def test_constrained_strings_are_valid_utf8_no_encoded_surrogates(tmp_path) -> None:
+    """xgrammar's string rule admits 0xED 0xA0-0xBF (an encoded surrogate: not UTF-8, decoded as U+FFFD, and it
+    broke this schema's maxLength). Seed 0's checkpoint wrote two such strings in these 40 greedy answers before
+    the guard; every answer must now decode cleanly and validate."""
+    from engine.testing.tiny_checkpoint import make_tiny_checkpoint
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "maxLength": 12},
+            "items": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0, "maximum": 999},
+                "maxItems": 50,
+            },
+            "ok": {"type": "boolean"},
+        },
+        "required": ["id", "items", "ok"],
+    }
+    llm = LLM(
+        make_tiny_checkpoint(tmp_path, seed=0).as_posix(),
+        device="cpu",
+        progress=False,
+        enable_prefix_caching=False,
+        max_model_len=1024,
+    )
+    try:
+        params = SamplingParams(temperature=0, max_tokens=256, ignore_eos=True, json_schema=bounded(schema))
+        outs = llm.generate([[5 + i, 9, 13] for i in range(40)], params)
+        guard = llm.grammars.utf8_guard()
+    finally:
+        llm.shutdown()
+    texts = [o.outputs[0].text for o in outs]
+    assert [t for t in texts if "\ufffd" in t or not _valid(t, schema)] == []
+    ends_in_ed, tails = guard
+    assert ends_in_ed.any() and tails.any()  # the byte-level vocabulary has both halves as tokens
