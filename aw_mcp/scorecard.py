@@ -4,7 +4,8 @@ A pure function of the trajectory (calls and tools/list lines), deterministic, g
 within its own session. The rules (README, "Robustness scorecard"):
 
 - transient (5xx, 408/425/429, timeouts, quota, hangs, protocol errors): a *retry* is a later call to the same tool
-  whose arguments include the failed call's (same values; added arguments allowed). `recovered`: a retry succeeded
+  that gives the same value for every argument both calls have (at least one, unless neither has any): optional
+  arguments added or dropped still make a retry. `recovered`: a retry succeeded
   (attempts and waits recorded); `gave_up`: never retried; `futile`: more than `futile_after` retries, none
   succeeded; `bounded`: 1..futile_after retries, none succeeded, then it stopped. Retries of a graded failure are
   part of its verdict, not graded again.
@@ -232,10 +233,14 @@ def _identical(a: CallRecord, b: CallRecord) -> bool:
 
 
 def _retries(failed: CallRecord, later: CallRecord) -> bool:
-    """Same tool, and every argument of the failed call given again with the same value (additions allowed)."""
-    return failed.tool == later.tool and all(
-        k in later.arguments and later.arguments[k] == v for k, v in failed.arguments.items()
-    )
+    """Same tool, and the same value for every argument both calls give, with at least one such argument (or none
+    on either side): an optional argument added or dropped is still a retry; another id is not."""
+    if failed.tool != later.tool:
+        return False
+    shared = failed.arguments.keys() & later.arguments.keys()
+    if not shared:
+        return not failed.arguments and not later.arguments
+    return all(failed.arguments[k] == later.arguments[k] for k in shared)
 
 
 def _category(entry: FaultEntry) -> Category | None:

@@ -92,6 +92,15 @@ def test_a_503_retried_successfully_is_recovered_with_attempts_and_waits() -> No
     assert r.data == {"retries": 1, "waited_s": [3.0]}
 
 
+def test_a_retry_may_drop_an_optional_argument_but_not_change_the_id() -> None:
+    s = Script()
+    s.call("get_invoice", 0, error=True, faults=[UNAVAILABLE], invoice_id="inv_1", region="eu")
+    s.call("get_invoice", 1, invoice_id="inv_2")  # another invoice: not a retry
+    s.call("get_invoice", 2, invoice_id="inv_1")  # the region dropped (around the outage): a retry
+    [r] = reactions(s)
+    assert (r.outcome, r.calls) == ("recovered", [2])
+
+
 def test_a_transient_error_never_retried_is_gave_up() -> None:
     s = Script()
     s.call("get_invoice", 0, error=True, faults=[{"kind": "error", "code": "TIMEOUT"}], invoice_id="inv_1")
