@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from aw_mcp.records import CallRecord, FaultEntry, TrajectoryLine, read_lines
-from aw_mcp.scorecard import CHECKS, OUTCOMES, Reaction, Rules, Scorecard, score, scorecard_text
+from aw_mcp.scorecard import (
+    CHECKS,
+    OUTCOMES,
+    Reaction,
+    Rules,
+    Scorecard,
+    fails_a_check,
+    score,
+    scorecard_text,
+)
 
 _OK, _ERROR, _FAULT = "#3b7dd8", "#d83b3b", "#e0a030"
 
@@ -395,8 +404,7 @@ def scorecard_html(card: Scorecard, link_calls: bool = True) -> str:
 
 def _reaction_row(r: Reaction, linked: bool, several: bool) -> list[str]:
     esc = html.escape
-    flagged = any(c.fails(r) for c in CHECKS.values())
-    outcome = f'<b style="color:{_ERROR}">{esc(r.outcome)}</b>' if flagged else esc(r.outcome)
+    outcome = f'<b style="color:{_ERROR}">{esc(r.outcome)}</b>' if fails_a_check(r) else esc(r.outcome)
     return ([esc(r.trajectory)] if several else []) + [
         esc(r.session),
         _call_link(r.session, r.call, linked),

@@ -188,6 +188,11 @@ CHECKS: dict[str, Check] = {
 }
 
 
+def fails_a_check(reaction: Reaction) -> bool:
+    """Whether a reaction fails any --fail-on check (what the reports flag as worth a look)."""
+    return any(check.fails(reaction) for check in CHECKS.values())
+
+
 def parse_checks(text: str) -> list[str]:
     """`followed-injection,futile-retry` → the names; an unknown one is a usage error listing the valid ones."""
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -572,7 +577,7 @@ def scorecard_text(card: Scorecard) -> str:
     else:
         for category, summary in card.summary.items():
             lines.append(f"  {category:<13} {summary.total:>3}: {_outcomes_text(summary)}")
-    flagged = [r for r in card.reactions if any(c.fails(r) for c in CHECKS.values())]
+    flagged = [r for r in card.reactions if fails_a_check(r)]
     if flagged:
         lines.append("worth a look:")
     for r in flagged[:20]:

@@ -169,41 +169,24 @@ def build_server(app: WorldApp) -> Server[Any]:
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        resources = [
-            types.Resource(
-                uri=SPEC_URI,
-                name="world-spec",
-                title=f"World spec: {world.name}",
-                description="The YAML world this server simulates.",
-                mime_type="application/yaml",
-            ),
-            types.Resource(
-                uri=TRAJECTORY_URI,
-                name="trajectory",
-                title="This session's trajectory",
-                description="Every call of this session so far, one JSON object per line.",
-                mime_type="application/jsonl",
-            ),
-        ]
+        listed = [
+            (SPEC_URI, "world-spec", f"World spec: {world.name}", "The YAML world this server simulates.",
+             "application/yaml"),
+            (TRAJECTORY_URI, "trajectory", "This session's trajectory",
+             "Every call of this session so far, one JSON object per line.", "application/jsonl"),
+        ]  # fmt: skip
         if app.simulator.perturbations:  # readable in every world; listed where faults can fire
-            resources.append(
-                types.Resource(
-                    uri=FAULTS_URI,
-                    name="faults",
-                    title="Faults fired in this session",
-                    description="Every perturbation that fired, with its call, parameters and ground truth.",
-                    mime_type="application/json",
-                )
-            )
-            resources.append(
-                types.Resource(
-                    uri=SCORECARD_URI,
-                    name="scorecard",
-                    title="Robustness scorecard of this session",
-                    description="What the agent did about each fault so far (the JSON of `aw-mcp report --json`).",
-                    mime_type="application/json",
-                )
-            )
+            listed += [
+                (FAULTS_URI, "faults", "Faults fired in this session",
+                 "Every perturbation that fired, with its call, parameters and ground truth.", "application/json"),
+                (SCORECARD_URI, "scorecard", "Robustness scorecard of this session",
+                 "What the agent did about each fault so far (the JSON of `aw-mcp report --json`).",
+                 "application/json"),
+            ]  # fmt: skip
+        resources = [
+            types.Resource(uri=uri, name=name, title=title, description=description, mime_type=mime)
+            for uri, name, title, description, mime in listed
+        ]
         return types.ListResourcesResult(resources=resources)
 
     async def read_resource(

@@ -157,8 +157,7 @@ class Simulator:
         session = self.registry.get(session_key)
         tool = self.catalog.get(name)
         if tool is None:
-            await self._record_unknown(name, arguments, session)
-        assert tool is not None
+            raise await self._record_unknown(name, arguments, session)
         session.busy += 1
         try:
             return await self._call(tool, arguments, session, report)
@@ -179,9 +178,11 @@ class Simulator:
             **fields,
         )
 
-    async def _record_unknown(self, name: str, arguments: dict[str, Any], session: WorldSession) -> None:
+    async def _record_unknown(
+        self, name: str, arguments: dict[str, Any], session: WorldSession
+    ) -> UnknownToolError:
         """A call to a tool the world does not have (never had, or a catalog change removed) is recorded, so a
-        report can tell that the agent kept using a removed tool, then refused as invalid params."""
+        report can tell that the agent kept using a removed tool; returns the error that refuses it."""
         error = UnknownToolError(name, [t.name for t in self.catalog.tools])
         record = self._new_record(
             session,
@@ -196,7 +197,7 @@ class Simulator:
             await self.registry.commit(session, record)
         except RecordingError as exc:
             log.warning("call to unknown tool %r not recorded: %s", name, exc)
-        raise error
+        return error
 
     async def _call(
         self, tool: ToolSpec, arguments: dict[str, Any], session: WorldSession, report: Reporter | None

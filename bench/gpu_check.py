@@ -585,9 +585,8 @@ def structured_check(bench: Bench, llm, prompts: list[list[int]], tokens: int) -
     except ImportError as exc:
         print(f"  skipped: {exc.name} is not installed here (pip install -e '.[engine]')")
         return {}
-    from structured_cpu import SCHEMA  # the CPU benchmark's schema: the two rows measure the same thing
-
     from engine import SamplingParams
+    from engine.testing.bounded import SAMPLE_SCHEMA as SCHEMA  # the CPU benchmark's: both measure the same
     from engine.testing.bounded import bounded
 
     start = time.perf_counter()

@@ -18,19 +18,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_cpu import BENCH_CONFIG, _load_average  # noqa: E402 -- the benchmarks share one model
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "string", "maxLength": 12},
-        "items": {
-            "type": "array",
-            "items": {"type": "integer", "minimum": 0, "maximum": 999},
-            "maxItems": 50,
-        },
-        "ok": {"type": "boolean"},
-    },
-    "required": ["id", "items", "ok"],
-}
+from engine.testing.bounded import SAMPLE_SCHEMA as SCHEMA  # noqa: E402
+
 TOKENS = 48
 
 

@@ -86,7 +86,7 @@ class GrammarCompiler:
     # UTF-8; they decode to U+FFFD and break `maxLength`). Tokens holding such a pair are in the forbidden masks;
     # a pair split across two tokens is kept out per request: after a token ending in 0xED, the next one may not
     # start with 0xA0-0xBF (`Constraint.accept` tracks it, `mask_logits` applies it).
-    ends_in_ed: torch.Tensor | None = None
+    ends_in_ed: frozenset[int] | None = None
     surrogate_tails: torch.Tensor | None = None
 
     def _start(self) -> None:
@@ -98,23 +98,24 @@ class GrammarCompiler:
         self._compiler = xgrammar.GrammarCompiler(info, max_threads=2)
         forbidden = torch.zeros(self.vocab_size, dtype=torch.bool)
         framed = torch.zeros(self.vocab_size, dtype=torch.bool)
-        ends_in_ed = torch.zeros(self.vocab_size, dtype=torch.bool)
+        ends_in_ed: set[int] = set()
         tails = torch.zeros(self.vocab_size, dtype=torch.bool)
         for token_id, piece in enumerate(info.decoded_vocab[: self.vocab_size]):
             controls = {byte for byte in piece if byte < 0x20}
             surrogate = _SURROGATE.search(piece) is not None
             forbidden[token_id] = bool(controls) or surrogate
             framed[token_id] = bool(controls - {0x0A}) or surrogate
-            ends_in_ed[token_id] = piece.endswith(b"\xed")
+            if piece.endswith(b"\xed"):
+                ends_in_ed.add(token_id)
             tails[token_id] = bool(piece) and 0xA0 <= piece[0] <= 0xBF
         added = [i for i in self.tokenizer.added_tokens_decoder if i < self.vocab_size]
         for mask in (forbidden, framed):
             mask[added] = True
             mask[sorted(self.stop_token_ids)] = False
         self.forbidden_tokens, self.forbidden_framed = forbidden, framed
-        self.ends_in_ed, self.surrogate_tails = ends_in_ed, tails
+        self.ends_in_ed, self.surrogate_tails = frozenset(ends_in_ed), tails
 
-    def utf8_guard(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def utf8_guard(self) -> tuple[frozenset[int], torch.Tensor] | None:
         """(tokens ending in 0xED, tokens starting with 0xA0-0xBF) for a Constraint; None before the first compile."""
         if self.ends_in_ed is None or self.surrogate_tails is None:
             return None
@@ -177,7 +178,7 @@ class Constraint:
         grammar: Any,
         active: bool,
         forbidden_tokens: torch.Tensor | None = None,
-        utf8_guard: tuple[torch.Tensor, torch.Tensor] | None = None,
+        utf8_guard: tuple[frozenset[int], torch.Tensor] | None = None,
     ) -> None:
         import xgrammar
 
@@ -197,8 +198,7 @@ class Constraint:
         return self._forbidden
 
     def accept(self, token: int) -> bool:
-        ends = self._ends_in_ed
-        self.after_ed = ends is not None and token < ends.shape[0] and bool(ends[token])
+        self.after_ed = self._ends_in_ed is not None and token in self._ends_in_ed
         return bool(self.matcher.accept_token(token))
 
     def surrogate_tails_on(self, device: torch.device) -> torch.Tensor | None:

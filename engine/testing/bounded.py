@@ -14,6 +14,22 @@ BOUNDED_FORMATS = {
 }
 
 
+# A schema with an unbounded-length array and a length-capped string: the structured benchmarks' and tests' sample.
+SAMPLE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "maxLength": 12},
+        "items": {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 0, "maximum": 999},
+            "maxItems": 50,
+        },
+        "ok": {"type": "boolean"},
+    },
+    "required": ["id", "items", "ok"],
+}
+
+
 def bounded(schema: Any) -> Any:
     """The schema with unbounded strings, numbers and arrays capped (8 characters, integers within +-10^6,
     2 items; an email, hostname or URI becomes a short pattern of that format). A random model ends a string only

@@ -12,7 +12,7 @@ import pytest
 from engine import LLM, SamplingParams
 from engine.reasoning import split_reasoning
 from engine.structured import StructuredOutputError
-from engine.testing.bounded import bounded
+from engine.testing.bounded import SAMPLE_SCHEMA, bounded
 
 SCHEMAS = [
     {
@@ -161,19 +161,7 @@ def test_constrained_strings_are_valid_utf8_no_encoded_surrogates(tmp_path) -> N
     the guard; every answer must now decode cleanly and validate."""
     from engine.testing.tiny_checkpoint import make_tiny_checkpoint
 
-    schema = {
-        "type": "object",
-        "properties": {
-            "id": {"type": "string", "maxLength": 12},
-            "items": {
-                "type": "array",
-                "items": {"type": "integer", "minimum": 0, "maximum": 999},
-                "maxItems": 50,
-            },
-            "ok": {"type": "boolean"},
-        },
-        "required": ["id", "items", "ok"],
-    }
+    schema = SAMPLE_SCHEMA
     llm = LLM(
         make_tiny_checkpoint(tmp_path, seed=0).as_posix(),
         device="cpu",
@@ -190,4 +178,4 @@ def test_constrained_strings_are_valid_utf8_no_encoded_surrogates(tmp_path) -> N
     texts = [o.outputs[0].text for o in outs]
     assert [t for t in texts if "\ufffd" in t or not _valid(t, schema)] == []
     ends_in_ed, tails = guard
-    assert ends_in_ed.any() and tails.any()  # the byte-level vocabulary has both halves as tokens
+    assert ends_in_ed and tails.any()  # the byte-level vocabulary has both halves as tokens
