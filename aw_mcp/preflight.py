@@ -152,9 +152,14 @@ def local_ways_out(model: str) -> str:
     )
 
 
-def check_local(model: str, device: str | None, cuda: Any = None) -> None:
+def check_local(model: str, device: str | None, cuda: Any = None, max_model_len: int | None = None) -> None:
     """`cuda`: torch.cuda or a stand-in with `is_available()`, `mem_get_info(index)`, `get_device_name(index)`."""
     require_engine("--backend local")
+    from engine.gguf.hub import is_gguf_source
+
+    if is_gguf_source(model):
+        check_gguf(model, device, cuda, max_model_len)
+        return
     local = Path(model).expanduser()
     if not local.is_dir() and (local.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1):
         raise PreflightError(
@@ -184,10 +189,43 @@ def check_local(model: str, device: str | None, cuda: Any = None) -> None:
         raise PreflightError(f"{requirement(model, weights)}; {have}. {local_ways_out(model)}")
 
 
+def check_gguf(model: str, device: str | None, cuda: Any, max_model_len: int | None) -> None:
+    """A GGUF file is planned from its own tensor table (weights as stored, quantized) and metadata: the engine's
+    memory plan for one sequence of the context must fit the GPU's free memory, else one line says what would."""
+    from engine.loader import CheckpointError
+    from engine.memory_plan import plan_gguf
+
+    try:
+        plan = plan_gguf(model, context=max_model_len or 32768)
+    except CheckpointError as exc:
+        raise PreflightError(f"--model {model}: {exc}") from exc
+    if device is not None and device.startswith("cpu"):
+        return
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    if not cuda.is_available():
+        if plan.weights <= CPU_MODEL_LIMIT_BYTES:
+            return
+        raise PreflightError(
+            f"the local engine found no CUDA GPU: {model!r} needs one with {gib(plan.total)} "
+            f"({plan.render()}). {local_ways_out(model)}"
+        )
+    index = int(device.split(":", 1)[1]) if device and ":" in device else 0
+    free, total = cuda.mem_get_info(index)
+    if plan.total > free:
+        name = cuda.get_device_name(index)
+        have = f"GPU {index} ({name}) has {gib(total)}" + (f", {gib(free)} free" if free < total else "")
+        raise PreflightError(
+            f"{model!r} needs {gib(plan.total)} ({plan.render()}); {have}: {plan.what_fits(free)}"
+        )
+
+
 def preflight(choice: BackendChoice) -> None:
     """Raise PreflightError when the backend cannot answer calls."""
     if choice.backend == "openai":
         assert choice.base_url is not None
         check_openai(choice.base_url, choice.model, os.environ.get("AW_API_KEY") or None)
     elif choice.backend == "local":
-        check_local(choice.model, choice.device)
+        check_local(choice.model, choice.device, max_model_len=choice.max_model_len)

@@ -21,7 +21,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     serve = commands.add_parser("serve", help="serve an OpenAI-compatible /v1/chat/completions endpoint")
     serve.add_argument(
-        "--model", default=DEFAULT_MODEL, help="checkpoint folder or hub id (default: %(default)s)"
+        "--model",
+        default=DEFAULT_MODEL,
+        help="checkpoint folder or hub id, a GGUF file, or a GGUF hub form like "
+        "unsloth/Qwen-AgentWorld-35B-A3B-GGUF:Q4_K_M (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--tokenizer", default=None, help="HF tokenizer folder or hub id (default: the checkpoint's own)"
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -75,10 +81,12 @@ def main(argv: list[str] | None = None) -> int:
                 max_num_batched_tokens=args.max_num_batched_tokens,
                 enable_prefix_caching=args.enable_prefix_caching,
                 prefix_cache_memory_gb=args.prefix_cache_memory_gb,
+                tokenizer=args.tokenizer,
             )
         except (CheckpointError, FileNotFoundError, ValueError, MemoryError) as exc:
             print(f"engine: cannot load the model: {exc}", file=sys.stderr)
             return 2
+        print(f"engine: {llm.memory_plan().render()}", file=sys.stderr)
         serve(llm, host=args.host, port=args.port, served_model_name=args.served_model_name)
         return 0
     return 1

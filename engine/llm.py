@@ -20,9 +20,11 @@ import torch
 
 from engine import settings
 from engine.cache import Cache
+from engine.checkpoint import load_checkpoint
 from engine.config import Config
 from engine.llm_engine import LLMEngine
-from engine.loader import DEFAULT_MODEL, build_model, resolve_model_path
+from engine.loader import DEFAULT_MODEL
+from engine.memory_plan import RUNTIME_BYTES, MemoryPlan, model_weight_bytes, plan_memory
 from engine.model_runner import ModelRunner
 from engine.output_processor import OutputProcessor
 from engine.prefix_cache import PrefixCache
@@ -93,8 +95,12 @@ class LLM:
         progress: bool = True,
         static_decode: bool | None = None,
         compile_decode: bool | None = None,
+        tokenizer: str | None = None,
     ) -> None:
-        """`max_num_seqs`: cache slots, i.e. sequences decoding at once (more wait in order).
+        """`model`: a checkpoint folder, a hub id, a GGUF file (`model-Q4_K_M.gguf`, any part of a split set) or a
+        GGUF hub form (`unsloth/Qwen-AgentWorld-35B-A3B-GGUF:Q4_K_M`). `tokenizer`: an HF tokenizer (folder or hub
+        id) to use instead of the checkpoint's own.
+        `max_num_seqs`: cache slots, i.e. sequences decoding at once (more wait in order).
         `max_num_batched_tokens`: tokens per step (decodes first, then prompt chunks; default 2048 on a GPU, 512 on
         a CPU). `enable_prefix_caching` / `prefix_cache_memory_gb`: the hybrid prefix cache and its memory budget
         (default: half the device memory left after the slots on a GPU, 2 GiB on a CPU).
@@ -103,18 +109,22 @@ class LLM:
         `compile_decode` (CPU only; default from `AW_COMPILE=1`): run decode batches through `torch.compile`d
         per-layer regions (`engine/models/decode_regions.py`), compiled on first use of each batch
         size (seconds each)."""
-        from transformers import AutoTokenizer
-
-        self.model_path = resolve_model_path(model)
-        config = Config.from_pretrained(self.model_path)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        loaded = load_checkpoint(
+            model,
+            device,
+            lambda config: resolve_dtype(dtype, config, device),
+            tokenizer=tokenizer,
+            hf_compat_dtypes=hf_compat_dtypes,
+            progress=progress,
+        )
+        self.model_path, self.file_tensor_bytes = loaded.path, loaded.file_tensor_bytes
+        model_module, config, tokenizer = loaded.model, loaded.config, loaded.tokenizer
         dtype = resolve_dtype(dtype, config, device)
-        model_module = build_model(config, self.model_path, device, dtype, hf_compat_dtypes, progress)
         if compile_decode is None:
             compile_decode = settings.compile_decode()
         if compile_decode and device.type == "cpu":
             model_module.compile_decode()
-        tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
         self._start(
             model, model_module, config, tokenizer, device, dtype,
             max_model_len=max_model_len,
@@ -141,7 +151,7 @@ class LLM:
         """An engine over a model already built (fused weights) and a tokenizer: what `bench/gpu_check.py` serves
         its random full-size model with. `engine_options` are `__init__`'s engine settings."""
         llm = cls.__new__(cls)
-        llm.model_path = None
+        llm.model_path, llm.file_tensor_bytes = None, None
         param = next(model.parameters())
         llm._start(
             name, model, config, tokenizer, device or param.device, dtype or param.dtype, **engine_options
@@ -190,6 +200,8 @@ class LLM:
         self.engine = LLMEngine(
             runner, Scheduler(cache, prefix_cache, max_num_batched_tokens), self.processor, prefix_cache
         )
+        self._batched_tokens = max_num_batched_tokens
+        self._prefix_budget = prefix_cache.budget_bytes if prefix_cache is not None else 0
         self.grammars = GrammarCompiler(
             self.tokenizer, self.config.vocab_size, sorted(self.processor.stop_ids)
         )
@@ -223,6 +235,20 @@ class LLM:
     @property
     def _stop_ids(self) -> set[int]:
         return self.processor.stop_ids
+
+    def memory_plan(self) -> MemoryPlan:
+        """What this engine holds on its device: weights as stored (GGUF blocks stay quantized), the cache slots
+        for the context, the prefix cache's budget, one step's activations and the runtime's share."""
+        return plan_memory(
+            self.config,
+            model_weight_bytes(self.model),
+            context=self.cache.max_len,
+            sequences=self.cache.num_slots,
+            dtype=self.dtype,
+            batched_tokens=self._batched_tokens,
+            prefix_cache=self._prefix_budget,
+            runtime=0 if self.device.type == "cpu" else RUNTIME_BYTES,
+        )
 
     def shutdown(self) -> None:
         """Stop the step loop (requests still running end with an error)."""

@@ -70,7 +70,18 @@ class EngineMetrics:
         self.finished = Counter(
             "aw_engine:request_success", "Finished requests by reason.", ["finished_reason"], registry=r
         )
+        self.memory_plan = Gauge(
+            "aw_engine:memory_plan_bytes",
+            "The engine's memory plan (engine/memory_plan.py) by part: weights as stored, cache, prefix_cache, "
+            "activations, runtime, total.",
+            ["part"],
+            registry=r,
+        )
         self._seen_query_tokens = self._seen_hit_tokens = 0
+
+    def record_memory_plan(self, plan: dict[str, int]) -> None:
+        for part in ("weights", "cache", "prefix_cache", "activations", "runtime", "total", "per_sequence"):
+            self.memory_plan.labels(part=part).set(plan[part])
 
     def record_prefix_cache(self, stats: PrefixCacheStats, used_bytes: int, snapshots: int) -> None:
         self.prefix_queries.inc(stats.query_tokens - self._seen_query_tokens)

@@ -136,6 +136,7 @@ def _validation_message(exc: ValidationError) -> tuple[str, str | None]:
 def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
     model_name = served_model_name or llm.model_name
     created = int(time.time())
+    llm.engine.metrics.record_memory_plan(llm.memory_plan().as_dict())
 
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})

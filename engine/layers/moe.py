@@ -11,6 +11,7 @@ from engine.kernels import fused_moe, router_topk
 from engine.kernels.fused_moe.gathered import MoeFn
 from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
+from engine.quant.weight import QuantizedExperts, QuantizedWeight
 
 
 class Experts(nn.Module):
@@ -20,6 +21,8 @@ class Experts(nn.Module):
         super().__init__()
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * inter, hidden))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, inter))
+        # A GGUF model keeps its experts in their blocks: the two parameters are dropped and this is set instead.
+        self.quantized: QuantizedExperts | None = None
 
 
 class SharedExpert(nn.Module):
@@ -53,7 +56,7 @@ class SparseMoeBlock(nn.Module):
         when sizes allow: its gate logit becomes the weight of a (k + 1)-th pair (`router_topk(shared_gate=)`).
         Every parameter becomes a view of the fused tensors, so names and in-place edits keep working."""
         shared, experts = self.shared_expert, self.experts
-        if shared.gate_proj.weight.shape[0] != experts.down_proj.shape[-1]:
+        if experts.quantized is not None or shared.gate_proj.weight.shape[0] != experts.down_proj.shape[-1]:
             self.fused_input_proj = fuse_linear_weights(
                 self.gate, shared.gate_proj, shared.up_proj, self.shared_expert_gate
             )
@@ -70,13 +73,16 @@ class SparseMoeBlock(nn.Module):
         shared.down_proj.weight = nn.Parameter(down[n], requires_grad=False)
         self.gate_up_with_shared, self.down_with_shared = gate_up, down
 
-    def moe_weights(self) -> tuple[torch.Tensor | None, ...]:
+    def moe_weights(self) -> tuple:
         """What `moe` reads, in its argument order (after the input)."""
         input_proj = require_fused(self.fused_input_proj, self)
         if self.gate_up_with_shared is not None:
             return input_proj, self.gate_up_with_shared, self.down_with_shared, None
         experts = self.experts
-        return input_proj, experts.gate_up_proj, experts.down_proj, self.shared_expert.down_proj.weight
+        shared_down = self.shared_expert.down_proj.weight
+        if experts.quantized is not None:
+            return input_proj, experts.quantized, None, shared_down
+        return input_proj, experts.gate_up_proj, experts.down_proj, shared_down
 
     def moe_dims(self) -> tuple[int, int, int]:
         return self.gate.weight.shape[0], self.shared_expert.gate_proj.weight.shape[0], self.top_k
@@ -87,10 +93,10 @@ class SparseMoeBlock(nn.Module):
 
 def moe(
     x: torch.Tensor,
-    input_proj: torch.Tensor,
-    gate_up: torch.Tensor,
-    down: torch.Tensor,
-    shared_down: torch.Tensor | None,
+    input_proj: torch.Tensor | QuantizedWeight,
+    gate_up: torch.Tensor | QuantizedExperts,
+    down: torch.Tensor | None,
+    shared_down: torch.Tensor | QuantizedWeight | None,
     num_experts: int,
     shared_inter: int,
     top_k: int,
@@ -110,5 +116,8 @@ def moe(
     )
     shared = linear(F.silu(gate) * up, shared_down)
     weights, ids = router_topk(router_logits, top_k)
-    routed = experts(x, gate_up, down, weights.to(x.dtype), ids)
+    if isinstance(gate_up, QuantizedExperts):
+        routed = gate_up(x, weights.to(x.dtype), ids)
+    else:
+        routed = experts(x, gate_up, down, weights.to(x.dtype), ids)
     return routed + torch.sigmoid(shared_gate) * shared

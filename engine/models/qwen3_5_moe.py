@@ -6,6 +6,7 @@ Parameter names mirror transformers' `Qwen3_5MoeForCausalLM`, so checkpoint keys
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from engine.cache import Cache
@@ -18,6 +19,7 @@ from engine.layers.moe import SparseMoeBlock
 from engine.layers.norms import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 from engine.models.decode_regions import DecodeRegions, RegionsUnavailable
+from engine.quant.weight import QuantizedWeight
 
 
 class DecoderLayer(nn.Module):
@@ -92,6 +94,13 @@ class DecoderLayer(nn.Module):
         )
 
 
+def embed(input_ids: torch.Tensor, table: torch.Tensor | QuantizedWeight) -> torch.Tensor:
+    """Embedding rows; a GGUF table kept in its blocks dequantizes only the rows asked for."""
+    if isinstance(table, QuantizedWeight):
+        return table.rows_of(input_ids)
+    return F.embedding(input_ids, table)
+
+
 class TextModel(nn.Module):
     def __init__(self, config: Config) -> None:
         super().__init__()
@@ -109,7 +118,7 @@ class TextModel(nn.Module):
         self.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta)
 
     def forward(self, input_ids: torch.Tensor, batch: ForwardBatch, cache: Cache) -> torch.Tensor:
-        hidden = self.embed_tokens(input_ids)
+        hidden = embed(input_ids, self.embed_tokens.weight)
         rope = self.rotary.cos_sin(batch.positions, hidden.dtype)
         residual = None
         for layer in self.layers:
@@ -135,8 +144,16 @@ class Qwen3_5MoeForCausalLM(nn.Module):
             if module is not self and hasattr(module, "fuse_weights"):
                 module.fuse_weights()
 
+    @property
+    def is_quantized(self) -> bool:
+        """Some weights are kept in GGUF blocks (see `engine/quant/weight.py`)."""
+        return any(isinstance(v, QuantizedWeight) for m in self.modules() for v in vars(m).values())
+
     def compile_decode(self) -> None:
-        """CPU decode batches (up to 2 * experts / top_k tokens) run through `DecodeRegions`."""
+        """CPU decode batches (up to 2 * experts / top_k tokens) run through `DecodeRegions`. Not for GGUF weights
+        kept in blocks: the regions' gathered experts read dense expert stacks."""
+        if self.is_quantized:
+            return
         config = self.config
         regions = DecodeRegions(max_tokens=max(1, 2 * config.num_experts // config.num_experts_per_tok))
         for layer in self.model.layers:
