@@ -82,7 +82,7 @@ def smaller_types(weights: int, room: int) -> str:
 
 
 def gib(n: float) -> str:
-    return f"{n / GIB:.2f} GiB"
+    return f"{n / GIB:.2f} GiB" if n >= GIB / 4 else f"{n / 2**20:.1f} MiB"
 
 
 def activation_bytes(config: Config, batched_tokens: int, dtype: torch.dtype) -> int:
