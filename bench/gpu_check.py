@@ -52,7 +52,11 @@ from engine.kernels.router_topk import reference as router_ref  # noqa: E402
 DATASHEET_BW = 4.8e12
 DATASHEET_FLOPS = 989e12
 ROOFLINE = {"b1 2k": 790.0, "b1 30k": 720.0, "b32 2k": 3000.0, "prefill 8k": 142_000.0}
-TARGET = {"b1 2k": 400.0, "b1 30k": 400.0, "b32 2k": 2000.0, "prefill 8k": 20_000.0, "b32 loop": 2000.0}
+TARGET = {"b1 2k": 400.0, "b1 30k": 400.0, "b32 2k": 2000.0, "prefill 8k": 20_000.0, "b32 loop": 2000.0,
+          "Q4_K_M b1 2k": 400.0, "Q4_K_M b32 2k": 2000.0}  # fmt: skip
+# The Q4_K_M model's decode reads ~1.7 GB per token (weights as stored: 8 of 256 experts + dense + Q6_K head).
+ROOFLINE.update({"Q4_K_M b1 2k": 2400.0, "Q4_K_M b32 2k": 9000.0})
+GGUF_PEAK_GIB = 24.0  # the 35B-A3B at Q4_K_M with a 32k context must fit a 24 GiB card
 SESSION_TTFT_TARGET = 1.2  # call 20's time to first token over call 1's, prefix cache on
 
 
@@ -700,6 +704,117 @@ def profile_decode_step(model, config, dtype: torch.dtype, dev: torch.device) ->
         )
 
 
+def gguf_checks(bench: Bench, config, dtype: torch.dtype, contexts: dict[str, tuple[int, int]]) -> dict:
+    """The real-shape model at Q4_K_M (llama.cpp's type recipe, random blocks made on the device, through the
+    same `build_gguf_model` a file goes through): quantized kernels against their references at real sizes, decode
+    tok/s eager and CUDA graph, and the peak memory of the model + one 32k-context sequence."""
+    from engine.cache import Cache
+    from engine.forward_batch import ForwardBatch
+    from engine.gguf.loader import build_gguf_model
+    from engine.kernels.quant_matmul import quant_matmul
+    from engine.kernels.quant_matmul.reference import quant_matmul as quant_matmul_reference
+    from engine.kernels.quant_moe import quant_moe
+    from engine.kernels.quant_moe.reference import quant_moe as quant_moe_reference
+    from engine.testing.quant_recipe import q4_k_m_table, random_blocks, random_checkpoint, table_bytes
+
+    dev = bench.device
+    print("\n== GGUF Q4_K_M: quantized kernels and the whole model ==", flush=True)
+    h, inter = config.hidden_size, config.moe_intermediate_size
+    ceil = Ceilings(bandwidth=4.0e12, flops=7.0e14) if dev.type == "cuda" else Ceilings(2e10, 1e11)
+    from engine.quant.formats import GGMLType, row_bytes
+
+    for kind in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.IQ4_XS, GGMLType.MXFP4):
+        rows = config.linear_conv_dim
+        with bench.section(f"quant_matmul {kind.name}"):
+            blocks = random_blocks((rows, h), kind, dev, seed=int(kind))
+            for tokens in (1, 32, 512 if dev.type == "cuda" else 8):
+                x = torch.randn(tokens, h, device=dev, dtype=dtype)
+                bench.check(f"quant_matmul {kind.name} [{tokens}x{h}]x[{rows}]", quant_matmul(x, blocks, int(kind), h),
+                            quant_matmul_reference(x, blocks, int(kind), h), 2e-2 if dtype != torch.float32 else 1e-4)  # fmt: skip
+                nbytes = rows * row_bytes(kind, h) + x.numel() * x.element_size()
+                bench.timed(f"quant_matmul {kind.name} T={tokens}", lambda x=x, b=blocks, k=int(kind): quant_matmul(x, b, k, h),
+                            nbytes, 2 * tokens * rows * h, ceil)  # fmt: skip
+    with bench.section("quant_moe Q4_K/Q4_K/Q6_K"):
+        e, k = config.num_experts, config.num_experts_per_tok
+        gate = random_blocks((e, inter, h), GGMLType.Q4_K, dev, 1)
+        up = random_blocks((e, inter, h), GGMLType.Q4_K, dev, 2)
+        down = random_blocks((e, h, inter), GGMLType.Q6_K, dev, 3)
+        for tokens in (1, 32):
+            x = torch.randn(tokens, h, device=dev, dtype=dtype)
+            weights = torch.rand(tokens, k, device=dev).softmax(-1).to(dtype)
+            ids = torch.stack([torch.randperm(e, device=dev)[:k] for _ in range(tokens)])
+            args = (
+                x,
+                gate,
+                int(GGMLType.Q4_K),
+                up,
+                int(GGMLType.Q4_K),
+                down,
+                int(GGMLType.Q6_K),
+                weights,
+                ids,
+            )
+            bench.check(
+                f"quant_moe T={tokens}",
+                quant_moe(*args),
+                quant_moe_reference(*args),
+                2e-2 if dtype != torch.float32 else 1e-4,
+            )
+            touched = min(e, tokens * k) * (
+                2 * inter * row_bytes(GGMLType.Q4_K, h) + h * row_bytes(GGMLType.Q6_K, inter)
+            )
+            bench.timed(
+                f"quant_moe T={tokens}",
+                lambda a=args: quant_moe(*a),
+                touched,
+                6 * tokens * k * h * inter,
+                ceil,
+            )
+
+    results: dict[str, dict[str, float]] = {}
+    table = q4_k_m_table(config)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+    with bench.section("GGUF Q4_K_M model"):
+        start = time.perf_counter()
+        model, report = build_gguf_model(
+            random_checkpoint(config, table, dev), config, dev, dtype, progress=False
+        )
+        bench.sync()
+        print(f"built the Q4_K_M model ({table_bytes(table) / 2**30:.2f} GiB of tensors; {report.quantized_bytes / 2**30:.2f}"
+              f" GiB kept quantized) in {time.perf_counter() - start:.1f} s", flush=True)  # fmt: skip
+        for row, (batch, context) in contexts.items():
+            if row.startswith("b1 30k"):
+                continue
+            with bench.section(f"Q4_K_M {row}"):
+                results[f"Q4_K_M {row}"] = decode_row(bench, model, config, dtype, batch, context)
+                print(
+                    f"  Q4_K_M {row}: "
+                    + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in results[f"Q4_K_M {row}"].items()),
+                    flush=True,
+                )
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        with bench.section("Q4_K_M peak memory, 32k context"):
+            context = 32768 if dev.type == "cuda" else 64
+            cache = Cache(config, num_slots=1, max_len=context + 8, dtype=dtype, device=dev)
+            prefill = 8192 if dev.type == "cuda" else 16
+            fb = ForwardBatch.build([0], [0], [prefill], dev)
+            model(torch.randint(0, config.vocab_size, (prefill,), device=dev), fb, cache)
+            fb = ForwardBatch.build([0], [context - 1], [1], dev)
+            model(torch.randint(0, config.vocab_size, (1,), device=dev), fb, cache)
+            if dev.type == "cuda":
+                peak = torch.cuda.max_memory_allocated(dev) / 2**30
+                results["Q4_K_M peak GiB, 32k"] = {"ratio": peak / GGUF_PEAK_GIB, "at_most": 1.0}
+                print(
+                    f"  peak allocated {peak:.2f} GiB (bar {GGUF_PEAK_GIB} GiB; ratio row = peak / bar)",
+                    flush=True,
+                )
+        del model
+    return results
+
+
 def summary(results: dict[str, dict[str, float]]) -> str:
     lines = [
         "",
@@ -729,6 +844,7 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, Triton interpreter")
     parser.add_argument("--skip-model", action="store_true", help="kernel checks only")
     parser.add_argument("--skip-kernels", action="store_true", help="whole-model timing only")
+    parser.add_argument("--skip-gguf", action="store_true", help="no GGUF (quantized) rows")
     args = parser.parse_args()
 
     from engine.config import Config
@@ -768,6 +884,15 @@ def main() -> int:
     if not args.skip_kernels:
         kernel_checks(bench, shapes, ceilings)
     results = {} if args.skip_model else model_checks(bench, config, model_dtype, contexts, prefill)
+    if not args.skip_gguf:
+        # K-quants need rows of 256-multiples: the dry run takes the GGUF fixtures' small shape.
+        gguf_config = config if not args.dry_run else Config(
+            vocab_size=320, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=64, linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=2,
+            linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=256,
+            shared_expert_intermediate_size=256, layer_types=["linear_attention", "full_attention"],
+        )  # fmt: skip
+        results.update(gguf_checks(bench, gguf_config, model_dtype, contexts))
     text = summary(results)
     if bench.failures:
         text += "\n\ncorrectness FAILURES:\n  " + "\n  ".join(bench.failures)

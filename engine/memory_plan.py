@@ -59,26 +59,27 @@ class MemoryPlan:
         )
 
     def what_fits(self, budget: int) -> str:
-        """One line: the sequences or context that would fit in `budget`, or the weight size that would."""
-        fixed = self.weights + self.activations + self.runtime
-        room = budget - fixed
-        if room > 2 * self.per_sequence:
-            seqs = room // self.per_sequence - 1
-            per_token = self.per_sequence / self.context
-            longest = int(room / 2 / per_token) // 1024 * 1024
+        """One line: the sequences or the context that would fit in `budget`, or that the weights do not."""
+        room = budget - self.weights - self.activations - self.runtime
+        per_token = self.per_sequence / self.context
+        longest = int(room / 2 / per_token) // 1024 * 1024 if room > 0 else 0  # one sequence + the scratch slot
+        if room >= 3 * self.per_sequence:
+            seqs = int(room // self.per_sequence) - 1
             return (
-                f"{gib(budget)} holds {seqs} sequence{'s' * (seqs != 1)} of {self.context} tokens "
-                f"(--max-num-seqs {seqs}) or one of {longest} tokens (--max-model-len {longest}), "
-                "with no prefix cache"
+                f"{gib(budget)} holds {seqs} sequences of {self.context} tokens (--max-num-seqs {seqs}) or one of "
+                f"{longest} tokens (--max-model-len {longest}), with no prefix cache"
             )
+        if longest >= 1024:
+            return f"{gib(budget)} holds one sequence of {longest} tokens (--max-model-len {longest})"
         return (
-            f"the weights alone take {gib(self.weights)} of {gib(budget)}: use a smaller quantization "
-            f"({smaller_types(self.weights, budget - self.activations - self.runtime - 2 * self.per_sequence)})"
+            f"the weights ({gib(self.weights)}) with the runtime and one step's activations leave no room for a "
+            f"cache in {gib(budget)}: use a smaller quantization "
+            f"({smaller_types(self.weights, budget - self.activations - self.runtime)}) or a bigger GPU"
         )
 
 
 def smaller_types(weights: int, room: int) -> str:
-    return "e.g. IQ4_XS or Q4_K_M" if room > 0.8 * weights else "a 3-bit or 2-bit file, or a bigger GPU"
+    return "e.g. IQ4_XS or Q4_K_M" if room > 0.8 * weights else "a 3-bit or 2-bit file"
 
 
 def gib(n: float) -> str:

@@ -36,7 +36,8 @@ def write_model_metadata(writer, config: Config) -> None:
     writer.add_ssm_group_count(c.linear_num_key_heads)
     writer.add_ssm_time_step_rank(c.linear_num_value_heads)
     writer.add_ssm_inner_size(c.linear_value_dim)
-    writer.add_recurrent_layers([t == LINEAR_ATTENTION for t in c.layer_types])
+    # llama.cpp's key; gguf 0.19's writer has no helper for it yet
+    writer.add_array("qwen35moe.attention.recurrent_layers", [t == LINEAR_ATTENTION for t in c.layer_types])
     writer.add_full_attention_interval(4)
     writer.add_rope_dimension_count(c.rotary_dim)
     writer.add_rope_dimension_sections([11, 11, 10, 0])

@@ -163,4 +163,5 @@ def test_real_model_at_q4_k_m_with_32k_context_plans_inside_24_gib():
     assert plan.total <= 24 * GIB, plan.render()
     assert "holds" in plan.what_fits(24 * GIB)
     small = plan.what_fits(16 * GIB)
-    assert "smaller quantization" in small and "weights alone" in small
+    assert "smaller quantization" in small and "leave no room" in small
+    assert "one sequence of" in plan.what_fits(22 * GIB)

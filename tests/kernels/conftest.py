@@ -25,6 +25,10 @@ KERNEL_MODULES = [
     "engine.kernels.gated_delta_rule.triton",
     "engine.kernels.qk_norm_rope.triton",
     "engine.kernels.decode_attention.triton",
+    # the dequantizer first: the two kernels after it import its jit helpers
+    "engine.kernels.dequantize.triton",
+    "engine.kernels.quant_matmul.triton",
+    "engine.kernels.quant_moe.triton",
 ]
 
 

@@ -1,0 +1,325 @@
+"""Routed SwiGLU experts in Triton with the expert weights in GGUF blocks: fused_moe's two paths (see
+`engine/kernels/fused_moe/triton.py`), each weight tile decoded inside the K loop by the quantized matmul's helpers
+(`gemv_dot`, `tile_dot`). Only the routed experts' blocks are read; nothing is synchronised with the host, so both
+paths can be captured in a CUDA graph.
+
+- Decode (at most `PAIR_PATH_MAX_PAIRS` (token, expert) pairs): `_pair_gate_up_kernel`, one program per (pair,
+  BLOCK_N intermediate rows), streams that expert's gate rows and up rows (two K loops: gate and up may be of
+  different types) and stores silu(gate) * up; `_token_down_kernel`, one program per (token, BLOCK_N hidden rows),
+  streams its K experts' down rows and sums the weighted outputs in registers.
+- Prefill: pairs sorted by expert and padded to BLOCK_M runs (`align_pairs_to_blocks`, shared with fused_moe), then
+  `_gate_up_kernel` and `_down_kernel` as grouped GEMMs over [BLOCK_M pairs, BLOCK_N rows] tiles with `tl.dot`, and
+  a torch sum over each token's K outputs.
+Roundings follow the reference (gate and up rounded to x.dtype before the SiLU, each expert output and router
+weight rounded to x.dtype), as fused_moe's kernels do.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from engine import settings
+from engine.kernels.dequantize.triton import as_blocks, geometry, value_table
+from engine.kernels.fused_moe.triton import align_pairs_to_blocks
+from engine.kernels.quant_matmul.triton import gemv_dot, tile_dot
+from engine.kernels.quant_moe import reference
+
+_INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
+# Up to this many (token, expert) pairs decode takes the pair path (fused_moe's first guess, same reasoning).
+PAIR_PATH_MAX_PAIRS = 128
+
+
+@triton.jit
+def _silu_mul(gate, up, dtype: tl.constexpr):
+    """silu(gate) * up with gate and up first rounded to `dtype`, as the torch path computes them."""
+    gate = gate.to(dtype).to(tl.float32)
+    up = up.to(dtype).to(tl.float32)
+    return gate * tl.sigmoid(gate) * up
+
+
+@triton.jit
+def _pair_gate_up_kernel(
+    x_ptr,
+    gate_ptr,
+    up_ptr,
+    lut_ptr,
+    ids_ptr,
+    act_ptr,
+    hidden,
+    inter,
+    gate_row_bytes,
+    up_row_bytes,
+    TOP_K: tl.constexpr,
+    GATE_KIND: tl.constexpr,
+    GATE_TYPE_SIZE: tl.constexpr,
+    GATE_SUBS: tl.constexpr,
+    UP_KIND: tl.constexpr,
+    UP_TYPE_SIZE: tl.constexpr,
+    UP_SUBS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pair = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = (rows < inter)[:, None]
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+    x_row = x_ptr + (pair // TOP_K) * hidden
+    x_offs = tl.zeros([1, 1], dtype=tl.int64)
+    x_ok = x_offs == 0
+    expert_rows = expert * inter + rows.to(tl.int64)[:, None]  # row index in the [E * I] rows
+    gate = gemv_dot(
+        x_row, x_offs, x_ok, gate_ptr, lut_ptr, expert_rows * gate_row_bytes, row_ok,
+        0, hidden // (GATE_SUBS * 32), GATE_KIND, GATE_TYPE_SIZE, GATE_SUBS,
+    )  # fmt: skip
+    up = gemv_dot(
+        x_row, x_offs, x_ok, up_ptr, lut_ptr, expert_rows * up_row_bytes, row_ok,
+        0, hidden // (UP_SUBS * 32), UP_KIND, UP_TYPE_SIZE, UP_SUBS,
+    )  # fmt: skip
+    act = _silu_mul(tl.sum(gate, axis=0), tl.sum(up, axis=0), act_ptr.dtype.element_ty)  # [1, N] -> [N]
+    tl.store(act_ptr + pair * inter + rows, act.to(act_ptr.dtype.element_ty), mask=rows < inter)
+
+
+@triton.jit
+def _token_down_kernel(
+    act_ptr,
+    down_ptr,
+    lut_ptr,
+    ids_ptr,
+    pair_weight_ptr,
+    out_ptr,
+    hidden,
+    inter,
+    down_row_bytes,
+    TOP_K: tl.constexpr,
+    DOWN_KIND: tl.constexpr,
+    DOWN_TYPE_SIZE: tl.constexpr,
+    DOWN_SUBS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < hidden
+    x_offs = tl.zeros([1, 1], dtype=tl.int64)
+    x_ok = x_offs == 0
+    total = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for j in range(TOP_K):
+        pair = token * TOP_K + j
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        acc = gemv_dot(
+            act_ptr + pair * inter, x_offs, x_ok, down_ptr, lut_ptr,
+            (expert * hidden + rows.to(tl.int64)[:, None]) * down_row_bytes, row_ok[:, None],
+            0, inter // (DOWN_SUBS * 32), DOWN_KIND, DOWN_TYPE_SIZE, DOWN_SUBS,
+        )  # fmt: skip
+        # As fused_moe's pair path: expert output and router weight rounded to the output dtype, their product
+        # rounded, the K products summed in fp32 and rounded once.
+        y = tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty).to(tl.float32)
+        pair_w = tl.load(pair_weight_ptr + pair).to(out_ptr.dtype.element_ty).to(tl.float32)
+        total += (y * pair_w).to(out_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + token * hidden + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def _gate_up_kernel(
+    x_ptr,
+    gate_ptr,
+    up_ptr,
+    lut_ptr,
+    act_ptr,
+    sorted_pair_ptr,
+    block_expert_ptr,
+    padded_len_ptr,
+    num_pairs,
+    hidden,
+    inter,
+    gate_row_bytes,
+    up_row_bytes,
+    TOP_K: tl.constexpr,
+    GATE_KIND: tl.constexpr,
+    GATE_TYPE_SIZE: tl.constexpr,
+    GATE_SUBS: tl.constexpr,
+    UP_KIND: tl.constexpr,
+    UP_TYPE_SIZE: tl.constexpr,
+    UP_SUBS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    if pid_m * BLOCK_M >= tl.load(padded_len_ptr):
+        return
+    pairs = tl.load(sorted_pair_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    pair_ok = pairs < num_pairs
+    a_offs = (pairs // TOP_K).to(tl.int64)[:, None] * hidden
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < inter
+    expert_rows = expert * inter + cols.to(tl.int64)[None, :]
+    gate = tile_dot(
+        x_ptr, a_offs, pair_ok[:, None], gate_ptr, lut_ptr, expert_rows * gate_row_bytes, col_ok[None, :],
+        hidden, GATE_KIND, GATE_TYPE_SIZE, GATE_SUBS, BLOCK_M, BLOCK_N, UPCAST,
+    )  # fmt: skip
+    up = tile_dot(
+        x_ptr, a_offs, pair_ok[:, None], up_ptr, lut_ptr, expert_rows * up_row_bytes, col_ok[None, :],
+        hidden, UP_KIND, UP_TYPE_SIZE, UP_SUBS, BLOCK_M, BLOCK_N, UPCAST,
+    )  # fmt: skip
+    act = _silu_mul(gate, up, act_ptr.dtype.element_ty)
+    tl.store(
+        act_ptr + pairs.to(tl.int64)[:, None] * inter + cols[None, :],
+        act.to(act_ptr.dtype.element_ty),
+        mask=pair_ok[:, None] & col_ok[None, :],
+    )
+
+
+@triton.jit
+def _down_kernel(
+    act_ptr,
+    down_ptr,
+    lut_ptr,
+    out_ptr,
+    pair_weight_ptr,
+    sorted_pair_ptr,
+    block_expert_ptr,
+    padded_len_ptr,
+    num_pairs,
+    hidden,
+    inter,
+    down_row_bytes,
+    DOWN_KIND: tl.constexpr,
+    DOWN_TYPE_SIZE: tl.constexpr,
+    DOWN_SUBS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    if pid_m * BLOCK_M >= tl.load(padded_len_ptr):
+        return
+    pairs = tl.load(sorted_pair_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    pair_ok = pairs < num_pairs
+    pairs = pairs.to(tl.int64)
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < hidden
+    acc = tile_dot(
+        act_ptr, pairs[:, None] * inter, pair_ok[:, None], down_ptr, lut_ptr,
+        (expert * hidden + cols.to(tl.int64)[None, :]) * down_row_bytes, col_ok[None, :],
+        inter, DOWN_KIND, DOWN_TYPE_SIZE, DOWN_SUBS, BLOCK_M, BLOCK_N, UPCAST,
+    )  # fmt: skip
+    # The torch path rounds the expert output to x.dtype, then multiplies by the (x.dtype) router weight.
+    y = acc.to(out_ptr.dtype.element_ty).to(tl.float32)
+    pair_w = tl.load(pair_weight_ptr + pairs, mask=pair_ok, other=0.0).to(out_ptr.dtype.element_ty)
+    tl.store(
+        out_ptr + pairs[:, None] * hidden + cols[None, :],
+        (y * pair_w.to(tl.float32)[:, None]).to(out_ptr.dtype.element_ty),
+        mask=pair_ok[:, None] & col_ok[None, :],
+    )
+
+
+def _kind_args(prefix: str, kind: int) -> dict[str, int]:
+    type_size, subs = geometry(kind)
+    return {f"{prefix}_KIND": int(kind), f"{prefix}_TYPE_SIZE": type_size, f"{prefix}_SUBS": subs}
+
+
+def quant_moe(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    gate_kind: int,
+    up: torch.Tensor,
+    up_kind: int,
+    down: torch.Tensor,
+    down_kind: int,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """x [T, H]; gate, up uint8 [E, I, row_bytes(H)]; down uint8 [E, H, row_bytes(I)]; topk_weights [T, K] float,
+    topk_ids [T, K] int64 -> [T, H] in x.dtype."""
+    num_tokens, top_k = topk_ids.shape
+    hidden, inter = x.shape[-1], gate.shape[1]
+    if num_tokens * top_k == 0:
+        return torch.zeros_like(x)
+    gate_w = as_blocks(gate, gate_kind, hidden)
+    up_w = as_blocks(up, up_kind, hidden)
+    down_w = as_blocks(down, down_kind, inter)
+    if gate_w is None or up_w is None or down_w is None:
+        return reference.quant_moe(x, gate, gate_kind, up, up_kind, down, down_kind, topk_weights, topk_ids)
+    path = quant_moe_pairs if num_tokens * top_k <= PAIR_PATH_MAX_PAIRS else quant_moe_grouped
+    return path(x.contiguous(), *gate_w, *up_w, *down_w, topk_weights, topk_ids)
+
+
+def quant_moe_pairs(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    gate_kind: int,
+    up: torch.Tensor,
+    up_kind: int,
+    down: torch.Tensor,
+    down_kind: int,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The decode path: the routing as it is, two GEMV-shaped kernels (see the module docstring)."""
+    num_tokens, top_k = topk_ids.shape
+    hidden, inter = x.shape[-1], gate.shape[1]
+    block_n = 128 if _INTERPRETING else 16  # the interpreter pays per op, not per element: few wide programs
+    ids = topk_ids.contiguous()
+    lut = value_table(x.device)
+    act = torch.empty(num_tokens * top_k, inter, dtype=x.dtype, device=x.device)
+    _pair_gate_up_kernel[(num_tokens * top_k, triton.cdiv(inter, block_n))](
+        x, gate, up, lut, ids, act, hidden, inter, gate.shape[-1], up.shape[-1], TOP_K=top_k,
+        **_kind_args("GATE", gate_kind), **_kind_args("UP", up_kind), BLOCK_N=block_n, num_warps=4,
+    )  # fmt: skip
+    out = torch.empty_like(x)
+    _token_down_kernel[(num_tokens, triton.cdiv(hidden, block_n))](
+        act, down, lut, ids, topk_weights.contiguous(), out, hidden, inter, down.shape[-1], TOP_K=top_k,
+        **_kind_args("DOWN", down_kind), BLOCK_N=block_n, num_warps=4,
+    )  # fmt: skip
+    return out
+
+
+def _block_config(num_pairs: int) -> dict[str, int]:
+    """Larger M tiles as the pairs per expert grow (each decoded weight tile feeds more rows)."""
+    if _INTERPRETING:
+        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4)
+    if num_pairs <= 512:
+        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4)
+    if num_pairs <= 8192:
+        return dict(BLOCK_M=32, BLOCK_N=64, num_warps=4)
+    return dict(BLOCK_M=64, BLOCK_N=128, num_warps=8)
+
+
+def quant_moe_grouped(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    gate_kind: int,
+    up: torch.Tensor,
+    up_kind: int,
+    down: torch.Tensor,
+    down_kind: int,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The prefill path: sorted, block-aligned pairs and two grouped GEMMs (see the module docstring)."""
+    num_tokens, top_k = topk_ids.shape
+    n_experts, inter = gate.shape[0], gate.shape[1]
+    hidden = x.shape[-1]
+    num_pairs = num_tokens * top_k
+    cfg = _block_config(num_pairs)
+    block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    sorted_pairs, block_expert, padded_len = align_pairs_to_blocks(topk_ids, n_experts, block_m)
+    m_blocks = block_expert.numel()
+    upcast = _INTERPRETING and x.dtype == torch.bfloat16
+    lut = value_table(x.device)
+
+    act = torch.empty(num_pairs, inter, dtype=x.dtype, device=x.device)
+    _gate_up_kernel[(m_blocks, triton.cdiv(inter, block_n))](
+        x, gate, up, lut, act, sorted_pairs, block_expert, padded_len, num_pairs, hidden, inter,
+        gate.shape[-1], up.shape[-1], TOP_K=top_k, **_kind_args("GATE", gate_kind), **_kind_args("UP", up_kind),
+        UPCAST=upcast, **cfg,
+    )  # fmt: skip
+    per_pair = torch.empty(num_pairs, hidden, dtype=x.dtype, device=x.device)
+    _down_kernel[(m_blocks, triton.cdiv(hidden, block_n))](
+        act, down, lut, per_pair, topk_weights.contiguous(), sorted_pairs, block_expert, padded_len, num_pairs,
+        hidden, inter, down.shape[-1], **_kind_args("DOWN", down_kind), UPCAST=upcast, **cfg,
+    )  # fmt: skip
+    return per_pair.view(num_tokens, top_k, hidden).sum(1)
