@@ -3,19 +3,17 @@
 
 For a quantized file the exact-weights reference is llama.cpp on the file's dequantized F32 twin (llama.cpp's own
 quantized matmuls also quantize the activations, which a random model amplifies). The bar: max |ours - ref| /
-max |ref| <= 2e-3 and the same top-1 at >= 98% of positions. Each file also goes through the Triton kernels under
-the interpreter (`test_quantized_file_through_triton_kernels`)."""
+max |ref| <= 2e-3 and the same top-1 at >= 98% of positions. The quantized files also go through the Triton kernels
+under the interpreter (`tests/kernels/test_gguf_model.py`)."""
 
 from __future__ import annotations
 
 import base64
 import json
-import resource
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("gguf")
 
@@ -95,8 +93,3 @@ def test_chat_answers_from_the_gguf_alone(engines):
         [{"role": "user", "content": "hi"}], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     )
     assert len(out[0].outputs[0].token_ids) == 8
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
