@@ -62,7 +62,9 @@ class MemoryPlan:
         """One line: the sequences or the context that would fit in `budget`, or that the weights do not."""
         room = budget - self.weights - self.activations - self.runtime
         per_token = self.per_sequence / self.context
-        longest = int(room / 2 / per_token) // 1024 * 1024 if room > 0 else 0  # one sequence + the scratch slot
+        longest = (
+            int(room / 2 / per_token) // 1024 * 1024 if room > 0 else 0
+        )  # one sequence + the scratch slot
         if room >= 3 * self.per_sequence:
             seqs = int(room // self.per_sequence) - 1
             return (
