@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from engine_cpu import _best_of  # bench/ is the script's folder: the same timing rule as engine_cpu.py
 
 BENCH_CONFIG = dict(
     num_hidden_layers=8,
@@ -40,15 +39,6 @@ BENCH_CONFIG = dict(
     vocab_size=32000,
     max_position_embeddings=4096,
 )
-
-
-def _best_of(runs: int, fn: Callable[[], None]) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def _llama_cpp_decode(path: Path, prompt: list[int], tokens: int, threads: int) -> float | None:

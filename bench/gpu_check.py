@@ -726,7 +726,7 @@ def gguf_checks(bench: Bench, config, dtype: torch.dtype, contexts: dict[str, tu
     for kind in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.IQ4_XS, GGMLType.MXFP4):
         rows = config.linear_conv_dim
         with bench.section(f"quant_matmul {kind.name}"):
-            blocks = random_blocks((rows, h), kind, dev, seed=int(kind))
+            blocks = random_blocks(kind, rows, h, h**-0.5, seed=int(kind), device=dev)
             for tokens in (1, 32, 512 if dev.type == "cuda" else 8):
                 x = torch.randn(tokens, h, device=dev, dtype=dtype)
                 bench.check(f"quant_matmul {kind.name} [{tokens}x{h}]x[{rows}]", quant_matmul(x, blocks, int(kind), h),
@@ -736,9 +736,9 @@ def gguf_checks(bench: Bench, config, dtype: torch.dtype, contexts: dict[str, tu
                             nbytes, 2 * tokens * rows * h, ceil)  # fmt: skip
     with bench.section("quant_moe Q4_K/Q4_K/Q6_K"):
         e, k = config.num_experts, config.num_experts_per_tok
-        gate = random_blocks((e, inter, h), GGMLType.Q4_K, dev, 1)
-        up = random_blocks((e, inter, h), GGMLType.Q4_K, dev, 2)
-        down = random_blocks((e, h, inter), GGMLType.Q6_K, dev, 3)
+        gate = random_blocks(GGMLType.Q4_K, (e, inter), h, h**-0.5, 1, dev)
+        up = random_blocks(GGMLType.Q4_K, (e, inter), h, h**-0.5, 2, dev)
+        down = random_blocks(GGMLType.Q6_K, (e, h), inter, inter**-0.5, 3, dev)
         for tokens in (1, 32):
             x = torch.randn(tokens, h, device=dev, dtype=dtype)
             weights = torch.rand(tokens, k, device=dev).softmax(-1).to(dtype)

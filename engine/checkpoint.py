@@ -11,7 +11,11 @@ from pathlib import Path
 import torch
 
 from engine.config import Config
+from engine.gguf.config import config_from_metadata
 from engine.gguf.hub import is_gguf_source, resolve_gguf
+from engine.gguf.loader import build_gguf_model
+from engine.gguf.reader import open_checkpoint
+from engine.gguf.tokenizer import tokenizer_from_metadata
 from engine.loader import build_model, resolve_model_path
 
 
@@ -39,11 +43,6 @@ def load_checkpoint(
     from transformers import AutoTokenizer
 
     if is_gguf_source(model):
-        from engine.gguf.config import config_from_metadata
-        from engine.gguf.loader import build_gguf_model
-        from engine.gguf.reader import open_checkpoint
-        from engine.gguf.tokenizer import tokenizer_from_metadata
-
         path = resolve_gguf(model)
         gguf = open_checkpoint(path)
         embed = gguf.tensors.get("token_embd.weight")

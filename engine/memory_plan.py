@@ -13,6 +13,10 @@ import torch
 
 from engine.cache import Cache
 from engine.config import Config
+from engine.gguf.config import config_from_metadata
+from engine.gguf.hub import resolve_gguf
+from engine.gguf.reader import open_checkpoint
+from engine.quant.weight import QuantizedExperts, QuantizedWeight
 
 GIB = 2**30
 # The CUDA context, cuBLAS/Triton workspaces and allocator fragmentation: measured ~0.6-0.9 GiB on an H200 with
@@ -126,7 +130,6 @@ def plan_memory(
 
 def model_weight_bytes(model: torch.nn.Module) -> int:
     """Bytes the model's weights hold: float parameters plus GGUF blocks (each storage counted once)."""
-    from engine.quant.weight import QuantizedExperts, QuantizedWeight
 
     seen: set[int] = set()
     total = 0
@@ -156,9 +159,6 @@ def plan_gguf(
 ) -> MemoryPlan:
     """The plan of a GGUF checkpoint before loading it (its metadata and tensor table only): what the pre-flight
     checks against the GPU. Raises `CheckpointError` for a file the engine cannot run."""
-    from engine.gguf.config import config_from_metadata
-    from engine.gguf.hub import resolve_gguf
-    from engine.gguf.reader import open_checkpoint
 
     gguf = open_checkpoint(resolve_gguf(model))
     embed = gguf.tensors.get("token_embd.weight")

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from engine.config import Config
 from engine.gguf.reader import GGUFCheckpoint, GGUFTensor
 from engine.loader import FP32_PARAM_SUFFIXES, CheckpointError
+from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
 from engine.quant.formats import GGMLType
 from engine.quant.weight import QuantizedExperts, QuantizedWeight, QuantTensor, replace_parameter
 
@@ -273,8 +274,6 @@ def build_gguf_model(
     """The model on `device`: quantized tensors as `QuantizedWeight` / `QuantizedExperts` (their blocks moved to
     the device as stored; on a CPU the memory-mapped file itself), float tensors copied into parameters of
     `dtype` (A_log, dt_bias and the DeltaNet norm in fp32, as the safetensors loader keeps them)."""
-    from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
-
     config.tie_word_embeddings = "output.weight" not in checkpoint.tensors
     with torch.device("meta"):
         model = Qwen3_5MoeForCausalLM(config)

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.kernels.dequantize import dequantize
+from engine.kernels.quant_matmul import quant_matmul
+from engine.kernels.quant_moe import quant_moe
 from engine.quant.formats import FLOAT_TYPES, GGMLType
 
 
@@ -45,7 +48,6 @@ class QuantTensor:
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         if self.is_float:
             return self.data.to(dtype)
-        from engine.kernels.dequantize import dequantize
 
         return dequantize(self.data, int(self.kind), self.cols, dtype)
 
@@ -53,7 +55,6 @@ class QuantTensor:
         """x [T, cols] -> [T, rows] for a 2-D tensor."""
         if self.is_float:
             return F.linear(x, self.data if self.data.dtype == x.dtype else self.data.to(x.dtype))
-        from engine.kernels.quant_matmul import quant_matmul
 
         return quant_matmul(x, self.data, int(self.kind), self.cols)
 
@@ -185,7 +186,6 @@ class QuantizedExperts:
         return QuantizedExperts(self.gate.to(device), self.up.to(device), self.down.to(device))
 
     def __call__(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
-        from engine.kernels.quant_moe import quant_moe
 
         g, u, d = self.gate, self.up, self.down
         return quant_moe(

@@ -11,7 +11,9 @@ import torch
 
 from engine.config import FULL_ATTENTION, Config
 from engine.gguf.reader import GGUFCheckpoint, GGUFTensor
-from engine.quant.formats import FORMATS, GGMLType, row_bytes
+from engine.quant.formats import FLOAT_TYPES, FORMATS, GGMLType, row_bytes
+
+_FLOAT_DTYPES = {GGMLType.F32: torch.float32, GGMLType.F16: torch.float16, GGMLType.BF16: torch.bfloat16}
 
 
 def use_more_bits(i: int, n: int) -> bool:
@@ -74,42 +76,49 @@ def table_bytes(table: dict[str, tuple[GGMLType, tuple[int, ...]]]) -> int:
     return total
 
 
-def random_blocks(
-    shape: tuple[int, ...], kind: GGMLType, device: torch.device | str = "cpu", seed: int = 0
-) -> torch.Tensor:
-    """Random weights of `kind` in torch-order `shape` (uint8 blocks for quantized kinds): random bytes with every
-    block's scale fields set to small finite values, so the weights are O(0.01..0.1) as real ones are."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    if kind in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
-        dtype = {GGMLType.F32: torch.float32, GGMLType.F16: torch.float16, GGMLType.BF16: torch.bfloat16}[
-            kind
-        ]
-        return (torch.randn(shape, generator=gen, device=device) * 0.05).to(dtype)
-    block, size = FORMATS[kind]
-    rows = shape[:-1]
-    blocks = torch.randint(
-        0, 256, (*rows, shape[-1] // block, size), generator=gen, dtype=torch.uint8, device=device
-    )
-    for offset, scale in _SCALE_FIELDS[kind]:
-        value = torch.full(blocks.shape[:-1], scale, dtype=torch.float16, device=device)
-        blocks[..., offset : offset + 2] = (
-            value.unsqueeze(-1).view(torch.uint8).reshape(*blocks.shape[:-1], 2)
-        )
-    if kind == GGMLType.MXFP4:
-        blocks[..., 0] = 121  # e8m0 exponent: 2^(121-127) / 2 scale, weights up to 6 * 2^-7
-    return blocks.reshape(*rows, -1)
-
-
-# (byte offset, fp16 value) of each block's super-scale fields: Q8_0 d; Q4_K/Q5_K d, dmin; Q6_K d (at the end);
-# IQ4_XS d. Chosen so that a block's weights come out O(0.05).
-_SCALE_FIELDS = {
-    GGMLType.Q8_0: [(0, 0.0005)],
-    GGMLType.Q4_K: [(0, 0.0004), (2, 0.0003)],
-    GGMLType.Q5_K: [(0, 0.0002), (2, 0.0002)],
-    GGMLType.Q6_K: [(208, 0.0001)],
-    GGMLType.IQ4_XS: [(0, 0.0002)],
-    GGMLType.MXFP4: [],
+# Typical |weight| per unit of the fp16 super-scale d (quant x sub-scale ranges), so `magnitude` means the same for
+# every type.
+_PER_D = {
+    GGMLType.Q8_0: 64,
+    GGMLType.Q4_K: 256,
+    GGMLType.Q5_K: 512,
+    GGMLType.Q6_K: 1024,
+    GGMLType.IQ4_XS: 1024,
 }
+# Byte offsets of the fp16 scale fields in each block (d; Q4_K/Q5_K also dmin).
+_FP16_FIELDS = {
+    GGMLType.Q8_0: (0,),
+    GGMLType.Q4_K: (0, 2),
+    GGMLType.Q5_K: (0, 2),
+    GGMLType.Q6_K: (208,),
+    GGMLType.IQ4_XS: (0,),
+}
+
+
+def random_blocks(
+    kind: GGMLType,
+    rows: int | tuple[int, ...],
+    cols: int,
+    magnitude: float = 1.0,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """uint8 [*rows, row_bytes(kind, cols)]: random bytes, with each fp16 scale field a random normal value making
+    typical weights about `magnitude` (MXFP4: exponent bytes spread over 8 binades around it)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    lead = (rows,) if isinstance(rows, int) else tuple(rows)
+    block_size, type_size = FORMATS[kind]
+    count = int(np.prod(lead)) * (cols // block_size)
+    blocks = torch.randint(0, 256, (count, type_size), dtype=torch.uint8, generator=gen, device=device)
+    if kind == GGMLType.MXFP4:
+        centre = int(np.log2(magnitude)) + 126  # 2^(e-128) times the doubled e2m1 values (typically ~4)
+        blocks[:, 0] = torch.randint(
+            centre - 4, centre + 4, (count,), dtype=torch.uint8, generator=gen, device=device
+        )
+    for start in _FP16_FIELDS.get(kind, ()):
+        d = (torch.randn(count, generator=gen, device=device) * magnitude / _PER_D[kind]).half()
+        blocks[:, start : start + 2] = d.view(torch.uint8).view(count, 2)
+    return blocks.view(*lead, row_bytes(kind, cols))
 
 
 def random_checkpoint(
@@ -119,7 +128,12 @@ def random_checkpoint(
     same `build_gguf_model` a file goes through. `ssm_a` holds -exp(A_log) < 0, as the converter writes it."""
     tensors = {}
     for i, (name, (kind, shape)) in enumerate(sorted(table.items())):
-        data = random_blocks(shape, kind, device, seed=i)
+        if kind in FLOAT_TYPES:
+            data = (torch.randn(shape, device=device) * 0.05).to(_FLOAT_DTYPES[kind])
+        else:  # weights about 1/sqrt(fan-in), as trained ones are
+            data = random_blocks(
+                kind, shape[:-1], shape[-1], magnitude=shape[-1] ** -0.5, seed=i, device=device
+            )
         if name.endswith("ssm_a"):
             data = -torch.rand(shape, device=device).mul(16).add(0.01)
         elif name.endswith("norm.weight"):

@@ -1,8 +1,8 @@
 """GGUF dequantization, torch reference and Triton (interpreted), against gguf's numpy dequantizer (llama.cpp's
 own Python code): exact equality on random blocks of every type.
 
-`random_blocks` (random bytes, the scale fields replaced by sane finite values) is shared with the quantized
-matmul and MoE tests."""
+`random_blocks` (engine/testing/quant_recipe.py: random bytes, the scale fields replaced by sane finite values) and
+`gguf_dequantize` are shared with the quantized matmul and MoE tests."""
 
 from __future__ import annotations
 
@@ -12,45 +12,10 @@ import pytest
 import torch
 
 from engine.kernels.dequantize import reference, triton
-from engine.quant.formats import FORMATS, QUANTIZED_TYPES, GGMLType, row_bytes
+from engine.quant.formats import FORMATS, QUANTIZED_TYPES, GGMLType
+from engine.testing.quant_recipe import random_blocks
 
 QUANTIZED = sorted(QUANTIZED_TYPES)
-# Typical |weight| per unit of the fp16 super-scale d (quant x sub-scale ranges), so `magnitude` means the same for
-# every type.
-_PER_D = {
-    GGMLType.Q8_0: 64,
-    GGMLType.Q4_K: 256,
-    GGMLType.Q5_K: 512,
-    GGMLType.Q6_K: 1024,
-    GGMLType.IQ4_XS: 1024,
-}
-# Byte offsets of the fp16 scale fields in each block (d; Q4_K/Q5_K also dmin).
-_FP16_FIELDS = {
-    GGMLType.Q8_0: (0,),
-    GGMLType.Q4_K: (0, 2),
-    GGMLType.Q5_K: (0, 2),
-    GGMLType.Q6_K: (208,),
-    GGMLType.IQ4_XS: (0,),
-}
-
-
-def random_blocks(
-    kind: GGMLType, rows: int | tuple[int, ...], cols: int, magnitude: float = 1.0, seed: int = 0
-) -> torch.Tensor:
-    """uint8 [*rows, row_bytes(kind, cols)]: random bytes, with each fp16 scale field a random normal value making
-    typical weights about `magnitude` (MXFP4: exponent bytes spread over 8 binades around it)."""
-    gen = torch.Generator().manual_seed(seed)
-    lead = (rows,) if isinstance(rows, int) else rows
-    block_size, type_size = FORMATS[kind]
-    count = int(np.prod(lead)) * (cols // block_size)
-    blocks = torch.randint(0, 256, (count, type_size), dtype=torch.uint8, generator=gen)
-    if kind == GGMLType.MXFP4:
-        centre = int(np.log2(magnitude)) + 126  # 2^(e-128) times the doubled e2m1 values (typically ~4)
-        blocks[:, 0] = torch.randint(centre - 4, centre + 4, (count,), dtype=torch.uint8, generator=gen)
-    for start in _FP16_FIELDS.get(kind, ()):
-        d = (torch.randn(count, generator=gen) * magnitude / _PER_D[kind]).half()
-        blocks[:, start : start + 2] = d.view(torch.uint8).view(count, 2)
-    return blocks.view(*lead, row_bytes(kind, cols))
 
 
 def gguf_dequantize(blocks: torch.Tensor, kind: GGMLType) -> torch.Tensor:

@@ -8,8 +8,9 @@ import torch
 
 from engine.kernels.quant_matmul import reference, triton
 from engine.quant.formats import QUANTIZED_TYPES, GGMLType
+from engine.testing.quant_recipe import random_blocks
 from tests.kernels.numerics import assert_close
-from tests.kernels.test_dequantize import gguf_dequantize, random_blocks
+from tests.kernels.test_dequantize import gguf_dequantize
 
 pytestmark = pytest.mark.usefixtures("poisoned_allocations")
 
