@@ -6,6 +6,7 @@
 | `TRITON_INTERPRET` | `1` | unset | Triton's own switch: run kernels on CPU tensors through its interpreter (tests) |
 | `AW_CUDA_GRAPHS` | boolean | on | capture decode steps as CUDA graphs (GPU only) |
 | `AW_COMPILE` | boolean | off | CPU decode through `torch.compile`d regions (`LLM(compile_decode=)` wins) |
+| `AW_CPU_GEMV` | boolean | on | GGUF weights on a CPU: multiply up to 16 tokens by the compiled C kernel (`engine/kernels/quant_matmul/cpu.py`) instead of dequantize + BLAS |
 | `AW_GDN_DOT_PRECISION` | `tf32`, `ieee` | `tf32` | dot precision of the chunked delta rule's fp32 products (read when its module loads: a kernel constant) |
 
 Booleans accept 1/0, true/false, on/off, yes/no (any case); anything else is an error naming the variable.
@@ -53,6 +54,10 @@ def cuda_graphs() -> bool:
 
 def compile_decode() -> bool:
     return flag("AW_COMPILE", False)
+
+
+def cpu_gemv() -> bool:
+    return flag("AW_CPU_GEMV", True)
 
 
 def gdn_dot_precision() -> str:

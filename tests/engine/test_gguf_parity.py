@@ -93,3 +93,19 @@ def test_chat_answers_from_the_gguf_alone(engines):
         [{"role": "user", "content": "hi"}], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     )
     assert len(out[0].outputs[0].token_ids) == 8
+
+
+def test_torch_reference_path_matches_llama_cpp_too(monkeypatch) -> None:
+    """With the CPU kernel off (`AW_CPU_GEMV=0`: no C compiler, or by choice) the plain-torch path meets the bar."""
+    from engine import LLM
+
+    monkeypatch.setenv("AW_CPU_GEMV", "0")
+    name = "small-Q4_K_M.gguf"
+    llm = LLM(str(FIXTURES / name), device="cpu", dtype="float32", progress=False, max_model_len=128, max_num_seqs=1,
+              enable_prefix_caching=False)  # fmt: skip
+    try:
+        ours = llm.logits(REFERENCE["token_ids"]).numpy()
+    finally:
+        llm.shutdown()
+    max_rel, top1 = agreement(ours, reference_logits(name))
+    assert max_rel <= 2e-3 and top1 >= 0.98, (max_rel, top1)

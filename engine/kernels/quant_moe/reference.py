@@ -8,6 +8,8 @@ may differ in type from each other and from down."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -28,6 +30,24 @@ def quant_moe(
 ) -> torch.Tensor:
     """x [T, H]; gate, up uint8 [E, I, row_bytes(H)]; down uint8 [E, H, row_bytes(I)]; topk_weights [T, K] float,
     topk_ids [T, K] int64 -> [T, H] in x.dtype."""
+    return routed_experts(
+        x, gate, gate_kind, up, up_kind, down, down_kind, topk_weights, topk_ids, quant_matmul
+    )
+
+
+def routed_experts(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    gate_kind: int,
+    up: torch.Tensor,
+    up_kind: int,
+    down: torch.Tensor,
+    down_kind: int,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    quant_matmul: Callable[[torch.Tensor, torch.Tensor, int, int], torch.Tensor],
+) -> torch.Tensor:
+    """The loop over hit experts with the given `quant_matmul` (the reference's, or the CPU kernel's)."""
     hidden, inter = x.shape[-1], gate.shape[1]
 
     def expert_mlp(rows: torch.Tensor, expert: int, out: torch.Tensor) -> None:
