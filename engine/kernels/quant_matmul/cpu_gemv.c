@@ -112,9 +112,11 @@ static void dequant_block(int kind, const uint8_t *b, float *y) {
         for (int ib = 0; ib < 8; ib++, qs += 16) {
             const int ls = ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
             const float dl = d * (ls - 32);
+            float table[16];
+            for (int k = 0; k < 16; k++) table[k] = dl * IQ4_VALUES[k];
             for (int j = 0; j < 16; j++) {
-                y[32 * ib + j] = dl * IQ4_VALUES[qs[j] & 0xf];
-                y[32 * ib + j + 16] = dl * IQ4_VALUES[qs[j] >> 4];
+                y[32 * ib + j] = table[qs[j] & 0xf];
+                y[32 * ib + j + 16] = table[qs[j] >> 4];
             }
         }
         break;
@@ -165,18 +167,21 @@ static void *run_rows(void *arg) {
     const Job *job = (const Job *)arg;
     const int bs = job->block_size, T = job->tokens;
     const int64_t nblocks = job->cols / bs;
+    const int per_pass = 256 / bs;
     float buf[256] __attribute__((aligned(64)));
     for (int64_t r = job->row_begin; r < job->row_end; r++) {
         const uint8_t *row = job->w + r * job->row_bytes;
         v8 acc[MAX_TOKENS];
         for (int t = 0; t < T; t++) acc[t] = (v8){0};
-        for (int64_t blk = 0; blk < nblocks; blk++) {
-            dequant_block(job->kind, row + blk * job->type_size, buf);
+        /* 32-weight kinds (Q8_0, MXFP4) decode 8 blocks per pass, so every pass multiplies 256 weights */
+        for (int64_t blk = 0; blk < nblocks; blk += per_pass) {
+            const int nb = nblocks - blk < per_pass ? (int)(nblocks - blk) : per_pass, width = nb * bs;
+            for (int k = 0; k < nb; k++) dequant_block(job->kind, row + (blk + k) * job->type_size, buf + k * bs);
             const float *xb = job->x + blk * bs;
             for (int t = 0; t < T; t++) {
                 const float *xt = xb + t * job->cols;
                 v8 s0 = {0}, s1 = {0};
-                for (int i = 0; i < bs; i += 16) {
+                for (int i = 0; i < width; i += 16) {
                     s0 += load8(buf + i) * load8(xt + i);
                     s1 += load8(buf + i + 8) * load8(xt + i + 8);
                 }
