@@ -25,6 +25,7 @@ class LoadedCheckpoint:
     config: Config
     model: torch.nn.Module
     tokenizer: object
+    dtype: torch.dtype
     file_tensor_bytes: int | None = None  # a GGUF's tensor bytes as stored in the file
     skipped_mtp_tensors: int = 0
 
@@ -47,13 +48,15 @@ def load_checkpoint(
         gguf = open_checkpoint(path)
         embed = gguf.tensors.get("token_embd.weight")
         config = config_from_metadata(gguf.metadata, vocab_rows=embed.shape[0] if embed else None)
-        module, report = build_gguf_model(gguf, config, device, choose_dtype(config), progress)
+        dtype = choose_dtype(config)
+        module, report = build_gguf_model(gguf, config, device, dtype, progress)
         tok = (
             AutoTokenizer.from_pretrained(tokenizer) if tokenizer else tokenizer_from_metadata(gguf.metadata)
         )
-        return LoadedCheckpoint(path, config, module, tok, gguf.tensor_bytes, report.skipped_mtp)
+        return LoadedCheckpoint(path, config, module, tok, dtype, gguf.tensor_bytes, report.skipped_mtp)
     path = resolve_model_path(model)
     config = Config.from_pretrained(path)
-    module = build_model(config, path, device, choose_dtype(config), hf_compat_dtypes, progress)
+    dtype = choose_dtype(config)
+    module = build_model(config, path, device, dtype, hf_compat_dtypes, progress)
     tok = AutoTokenizer.from_pretrained(tokenizer or str(path))
-    return LoadedCheckpoint(path, config, module, tok)
+    return LoadedCheckpoint(path, config, module, tok, dtype)

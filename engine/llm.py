@@ -119,8 +119,7 @@ class LLM:
             progress=progress,
         )
         self.model_path, self.file_tensor_bytes = loaded.path, loaded.file_tensor_bytes
-        model_module, config, tokenizer = loaded.model, loaded.config, loaded.tokenizer
-        dtype = resolve_dtype(dtype, config, device)
+        model_module, config, tokenizer, dtype = loaded.model, loaded.config, loaded.tokenizer, loaded.dtype
         if compile_decode is None:
             compile_decode = settings.compile_decode()
         if compile_decode and device.type == "cpu":

@@ -16,6 +16,12 @@ def config_from_metadata(metadata: dict[str, Any], vocab_rows: int | None = None
         value = metadata.get(f"{arch}.{key}", default)
         if value is None:
             raise CheckpointError(f"the GGUF metadata lack {arch}.{key}, which a {arch} model needs")
+        if isinstance(value, list) and key != "attention.recurrent_layers":
+            if len(set(value)) != 1:  # llama.cpp allows per-layer arrays; this model has one value per key
+                raise CheckpointError(
+                    f"{arch}.{key} varies per layer ({value[:8]}...), which the engine does not run"
+                )
+            value = value[0]
         return value
 
     hidden = int(get("embedding_length"))
@@ -34,15 +40,12 @@ def config_from_metadata(metadata: dict[str, Any], vocab_rows: int | None = None
     rotary_dim = int(get("rope.dimension_count", head_dim // 4))
     tokens = metadata.get("tokenizer.ggml.tokens") or []
     eos = metadata.get("tokenizer.ggml.eos_token_id")
-    kv_heads = get("attention.head_count_kv")
-    if isinstance(kv_heads, list):  # llama.cpp allows a per-layer array; this model has one value
-        kv_heads = max(kv_heads)
     return Config(
         vocab_size=int(vocab_rows or get("vocab_size", len(tokens))),
         hidden_size=hidden,
         num_hidden_layers=num_layers,
         num_attention_heads=heads,
-        num_key_value_heads=int(kv_heads),
+        num_key_value_heads=int(get("attention.head_count_kv")),
         head_dim=head_dim,
         rms_norm_eps=float(get("attention.layer_norm_rms_epsilon")),
         max_position_embeddings=int(get("context_length")),
