@@ -109,3 +109,22 @@ def test_torch_reference_path_matches_llama_cpp_too(monkeypatch) -> None:
         llm.shutdown()
     max_rel, top1 = agreement(ours, reference_logits(name))
     assert max_rel <= 2e-3 and top1 >= 0.98, (max_rel, top1)
+
+
+def test_constrained_answer_and_thinking_budget_on_a_gguf(engines) -> None:
+    """Schema-constrained decoding (xgrammar over the tokenizer built from the GGUF) and the thinking budget."""
+    import jsonschema
+
+    from engine import SamplingParams
+
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
+    llm = engines("small-Q4_K_M.gguf")
+    params = SamplingParams(temperature=1.0, seed=0, max_tokens=200, json_schema=schema, thinking_budget=4)
+    out = llm.chat([{"role": "user", "content": "hi"}], params, enable_thinking=True)[0].outputs[0]
+    answer = out.text.split("</think>")[-1].strip()
+    jsonschema.validate(json.loads(answer), schema)
