@@ -208,7 +208,7 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
                 notes.append(Relaxation((*here, "allOf"), "allOf", "only one of its schemas can be enforced"))
                 out = {**allof[0], **out} if isinstance(allof[0], dict) else out
             else:
-                combined = _merge(out, merged)
+                combined = merge_schemas(out, merged)
                 if combined is None:
                     notes.append(
                         Relaxation((*here, "allOf"), "allOf", "it disagrees with its own schema's keywords")
@@ -219,7 +219,7 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
     return walk(schema, ()), notes
 
 
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+def merge_schemas(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     """Two object schemas as one (properties and required united), or None when they disagree on a keyword."""
     out = dict(a)
     for key, value in b.items():
@@ -239,7 +239,7 @@ def _merge_all_of(schemas: list[Any]) -> dict[str, Any] | None:
     for schema in schemas:
         if not isinstance(schema, dict) or "$ref" in schema or "allOf" in schema:
             return None
-        result = _merge(merged, schema)
+        result = merge_schemas(merged, schema)
         if result is None:
             return None
         merged = result

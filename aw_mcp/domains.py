@@ -2,7 +2,8 @@
 of their trained prompt format (role phrase, section order, screen or not, tagged answers).
 
 A world of domain `terminal`, `search`, `swe`, `android`, `web` or `os` may omit `tools:` and gets these (the web
-domain's are BrowserGym's functions, see `browsergym.py`). They are
+domain's are BrowserGym's functions, see `browsergym.py`; the Android domain's are AndroidWorld's JSON action types, see
+`androidworld.py`). They are
 plain dicts in the YAML (wire) shape so `world.py` validates them exactly like user-written tools.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from aw_mcp import browsergym
+from aw_mcp import androidworld, browsergym
 
 Domain = Literal["mcp", "search", "terminal", "swe", "android", "web", "os"]
 DOMAINS: tuple[Domain, ...] = ("mcp", "search", "terminal", "swe", "android", "web", "os")
@@ -18,6 +19,12 @@ DOMAINS: tuple[Domain, ...] = ("mcp", "search", "terminal", "swe", "android", "w
 # Domains whose observation is a screen (terminal screen or UI tree): a world gives its initial screen (`screen:`), which
 # the first action turn shows as the current state; every later observation is the next screen.
 SCREEN_DOMAINS: frozenset[str] = frozenset({"terminal", "android", "web", "os"})
+# Of those, the ones whose every action turn carries the then-current screen as `**Current State:**` (the
+# AgentWorldBench Android rows; the web and OS prompts name the current page/screen as an input of every step).
+# Terminal shows it on the first turn only: each observation already is the next screen.
+EVERY_TURN_SCREEN_DOMAINS: frozenset[str] = frozenset({"android", "web", "os"})
+# Domains whose first action turn opens with the agent's `**Task Instruction:**` (a world's `task:`).
+TASK_DOMAINS: frozenset[str] = frozenset({"android", "web", "os"})
 
 # The first line of each domain's trained system prompt after `# Role and Objective` names this role.
 ROLE_PHRASES: dict[str, str] = {
@@ -77,8 +84,6 @@ TAGGED_DOMAINS: frozenset[str] = frozenset({"android", "web", "os"})
 def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
-
-_ELEMENT = {"type": "integer", "minimum": 0, "description": "Index of the element in the current UI tree."}
 
 BUILTIN_TOOLS: dict[str, list[dict[str, Any]]] = {
     "terminal": [
@@ -173,30 +178,7 @@ BUILTIN_TOOLS: dict[str, list[dict[str, Any]]] = {
             "annotations": {"destructiveHint": True, "openWorldHint": False},
         },
     ],
-    "android": [
-        {
-            "name": "android_action",
-            "title": "Act on the Android device",
-            "description": (
-                "Perform one action on the phone; returns the next screen as a UI tree. Actions: tap(element), "
-                "long_press(element), type(element, text), swipe(direction), press(key: back|home|enter|recents), "
-                "open_app(app_name), wait(seconds)."
-            ),
-            "inputSchema": _obj(
-                {
-                    "action": {"enum": ["tap", "long_press", "type", "swipe", "press", "open_app", "wait"]},
-                    "element": _ELEMENT,
-                    "text": {"type": "string"},
-                    "direction": {"enum": ["up", "down", "left", "right"]},
-                    "key": {"enum": ["back", "home", "enter", "recents"]},
-                    "app_name": {"type": "string"},
-                    "seconds": {"type": "number", "minimum": 0, "maximum": 60},
-                },
-                ["action"],
-            ),
-            "annotations": {"destructiveHint": True, "openWorldHint": False},
-        }
-    ],
+    "android": androidworld.tools(),
     "web": browsergym.tools(),
     "os": [
         {

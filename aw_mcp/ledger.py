@@ -7,6 +7,7 @@ both, derived from the session's records, so a counterfactual world stays self-c
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -54,6 +55,41 @@ def _established(record: CallRecord) -> str:
     return f"returned {line[:160]!r}"
 
 
+def record_entries(
+    record: CallRecord, tool_of: Callable[[str], ToolSpec | None], include_writes: bool = True
+) -> list[str]:
+    """What one committed call adds to the ledger: the faults that changed the world, then (for a write call
+    the world took in) the ids and states it established."""
+    number = record.index + 1
+    entries: list[str] = []
+    for fault in record.applied_faults():
+        if fault.kind == "counterfactual":
+            entries.append(f"Since call #{number} this holds in the world: {fault.instruction}")
+        elif fault.kind == "wrong_content" and record.truth is None:
+            entries.append(
+                f"Call #{number} ({record.tool}) deliberately showed wrong content ({fault.instruction}); "
+                "the true state did not change."
+            )
+    if not include_writes or record.error is not None or record.is_error or record.observation is None:
+        return entries
+    if not record.in_history:
+        return entries
+    tool = tool_of(record.tool)
+    if tool is not None and tool.annotations is not None and tool.annotations.readOnlyHint is True:
+        return entries
+    arguments = json.dumps(
+        clip_value(record.arguments, LEDGER_STRING_CHARS), ensure_ascii=False, sort_keys=True
+    )
+    entries.append(f"Call #{number} {record.tool} {arguments} established: {_established(record)}")
+    return entries
+
+
+def format_notes(entries: Sequence[str]) -> list[str]:
+    if not entries:
+        return []
+    return ["Ledger of what earlier calls established (stay consistent with it):", *entries[-MAX_ENTRIES:]]
+
+
 def ledger_notes(
     records: Sequence[CallRecord], tool_of: Callable[[str], ToolSpec | None], include_writes: bool = True
 ) -> list[str]:
@@ -61,30 +97,24 @@ def ledger_notes(
     fault-made changes (screen domains: the current screen already carries what earlier actions did)."""
     entries: list[str] = []
     for record in sorted(records, key=lambda r: r.index):
-        number = record.index + 1
-        for fault in record.applied_faults():
-            if fault.kind == "counterfactual":
-                entries.append(f"Since call #{number} this holds in the world: {fault.instruction}")
-            elif fault.kind == "wrong_content" and record.truth is None:
-                entries.append(
-                    f"Call #{number} ({record.tool}) deliberately showed wrong content ({fault.instruction}); "
-                    "the true state did not change."
-                )
-        if not include_writes or record.error is not None or record.is_error or record.observation is None:
-            continue
-        if not record.in_history:
-            continue
-        tool = tool_of(record.tool)
-        read_only = (
-            tool is not None and tool.annotations is not None and tool.annotations.readOnlyHint is True
-        )
-        if read_only:
-            continue
-        arguments = json.dumps(
-            clip_value(record.arguments, LEDGER_STRING_CHARS), ensure_ascii=False, sort_keys=True
-        )
-        entries.append(f"Call #{number} {record.tool} {arguments} established: {_established(record)}")
-    if not entries:
-        return []
-    kept = entries[-MAX_ENTRIES:]
-    return ["Ledger of what earlier calls established (stay consistent with it):", *kept]
+        entries += record_entries(record, tool_of, include_writes)
+    return format_notes(entries)
+
+
+class Ledger:
+    """A session's ledger, kept up to date one committed record at a time (records are append-only), so the notes
+    for call 500 cost what they cost for call 5. Same notes as `ledger_notes` over the same records."""
+
+    def __init__(self, include_writes: bool = True):
+        self.include_writes = include_writes
+        self._seen = 0
+        self._entries: list[tuple[int, int, str]] = []  # (call index, order within the call, entry)
+
+    def notes(self, records: Sequence[CallRecord], tool_of: Callable[[str], ToolSpec | None]) -> list[str]:
+        for record in records[self._seen :]:
+            for order, entry in enumerate(record_entries(record, tool_of, self.include_writes)):
+                bisect.insort(
+                    self._entries, (record.index, order, entry)
+                )  # overlapping calls commit out of order
+        self._seen = len(records)
+        return format_notes([entry for _, _, entry in self._entries[-MAX_ENTRIES:]])

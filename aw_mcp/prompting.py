@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from aw_mcp import browsergym
+from aw_mcp import androidworld, browsergym
 from aw_mcp.backends.base import ChatMessage
-from aw_mcp.domains import SCREEN_DOMAINS, TAGGED_DOMAINS
+from aw_mcp.domains import TAGGED_DOMAINS
 from aw_mcp.templates import BUNDLED, SYSTEM_SLOTS, fill_slots
 from aw_mcp.world import WorldSpec
 
@@ -61,14 +61,16 @@ def _fence(body: str, language: str = "") -> str:
 
 
 def render_tool_definitions(world: WorldSpec) -> str:
-    """The tools as the model reads them: JSON definitions; on the web, BrowserGym's function signatures (and JSON
-    for any tool a world adds beside them)."""
+    """The tools as the model reads them: JSON definitions; on the web, BrowserGym's function signatures; on
+    Android, AndroidWorld's JSON action forms (and JSON for any tool a world adds beside them)."""
     definitions = []
     signatures = []
     for tool in world.tools:
-        function = browsergym.BY_NAME.get(tool.name) if world.domain == "web" else None
-        if function is not None:
-            signatures.append(function.signature())
+        if world.domain == "web" and tool.name in browsergym.BY_NAME:
+            signatures.append(browsergym.BY_NAME[tool.name].signature())
+            continue
+        if world.domain == "android" and tool.name in androidworld.BY_NAME:
+            signatures.append(androidworld.BY_NAME[tool.name].template())
             continue
         wire = tool.wire()
         if tool.outputWrapper and tool.outputSchema:  # the model writes the API's own (unwrapped) value
@@ -119,12 +121,43 @@ def render_facts(world: WorldSpec) -> str:
     return "\n".join(lines)
 
 
+class _VerbatimDumper(yaml.SafeDumper):
+    """YAML whose multi-line strings are literal blocks, written line for line: a file, a tree, a screen or command
+    output reaches the model as it was written (a `view` or `cat -n` answer counts its lines). PyYAML alone would
+    quote a string holding a tab or a trailing space, with `\n` escapes and doubled line breaks."""
+
+    def choose_scalar_style(self) -> str:
+        event = self.event
+        if (
+            getattr(event, "style", None) == "|"
+            and not self.flow_level
+            and not self.simple_key_context
+            and _literal_safe(event.value)
+        ):
+            return "|"
+        return super().choose_scalar_style()
+
+
+def _literal_safe(text: str) -> bool:
+    """Printable text (tabs allowed) that a literal block keeps exactly; anything else stays quoted."""
+    return all(ch in "\t\n" or (ch.isprintable() and ch not in "\x85\u2028\u2029\ufeff") for ch in text)
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value.strip("\n") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_VerbatimDumper.add_representer(str, _represent_str)
+
+
 def render_state(world: WorldSpec) -> str:
     if world.state is None:
         return "(not specified: invent a plausible, self-consistent state and keep to it)"
     if isinstance(world.state, str):
-        return world.state.strip()
-    return yaml.safe_dump(world.state, sort_keys=False, allow_unicode=True, width=100).strip()
+        return world.state.strip("\n").rstrip()
+    text = yaml.dump(world.state, Dumper=_VerbatimDumper, sort_keys=False, allow_unicode=True, width=100)
+    return text.rstrip("\n")
 
 
 def system_values(world: WorldSpec, now: str) -> dict[str, str]:
@@ -164,11 +197,10 @@ def render_action(world: WorldSpec, tool: str, arguments: dict[str, Any]) -> str
         call = browsergym.render_call(tool, arguments)
         if call is not None:
             return _fence(call)
-    if world.domain == "android" and "action" in arguments:
-        params = ", ".join(
-            f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items() if k != "action"
-        )
-        return _fence(f"{arguments['action']}({params})")
+    if world.domain == "android":
+        action = androidworld.render_action(tool, arguments)  # one line, as in the AgentWorldBench rows
+        if action is not None:
+            return _fence(action, "json")
     return _fence(_json({"name": tool, "arguments": arguments}), "json")
 
 
@@ -183,12 +215,18 @@ def render_user_turn(
     tool: str,
     arguments: dict[str, Any],
     notes: Iterable[str] = (),
+    *,
+    screen: str | None = None,
+    task: bool = False,
 ) -> str:
+    """One action turn: `### Turn N`, then (when given) the Task Instruction and the current screen as
+    `**Current State:**`, the action, and this step's world notes. Which turns carry a screen or the task is the
+    transcript's decision (transcript.py)."""
     parts = []
-    if number == 1 and world.domain == "os" and world.task:
+    if task and world.task:
         parts.append(f"{TASK_INSTRUCTION}\n{world.task.strip()}")
-    if number == 1 and world.domain in SCREEN_DOMAINS:
-        parts.append(f"{CURRENT_STATE}\n{initial_screen(world)}")
+    if screen is not None:
+        parts.append(f"{CURRENT_STATE}\n{screen}")
     parts.append(f"**Action:**\n{render_action(world, tool, arguments)}")
     notes = [n for n in notes if n]
     if notes:
@@ -203,30 +241,16 @@ def render_observation_turn(world: WorldSpec, tool: str, observation: str) -> st
     return f"{OBSERVATION_MARKER}\n{observation}"
 
 
-def build_messages(
-    world: WorldSpec,
-    system_prompt: str,
-    history: Sequence[Turn],
-    tool: str,
-    arguments: dict[str, Any],
-    notes: Iterable[str] = (),
-) -> list[ChatMessage]:
-    messages: list[ChatMessage] = [{"role": "system", "content": system_prompt}]
-    for i, turn in enumerate(history, 1):
-        messages.append({"role": "user", "content": render_user_turn(world, i, turn.tool, turn.arguments)})
-        messages.append(
-            {"role": "assistant", "content": render_observation_turn(world, turn.tool, turn.observation)}
-        )
-    notes = [*scoped_facts(world, tool), *notes]
-    messages.append(
-        {"role": "user", "content": render_user_turn(world, len(history) + 1, tool, arguments, notes)}
-    )
-    return messages
+def message_digest(message: ChatMessage) -> bytes:
+    return hashlib.sha256(f"{message['role']}\n{message['content']}".encode()).digest()
 
 
-def messages_hash(messages: Sequence[ChatMessage]) -> str:
-    blob = json.dumps(list(messages), sort_keys=True, ensure_ascii=False).encode()
-    return hashlib.sha256(blob).hexdigest()
+def messages_hash(messages: Sequence[ChatMessage], digests: Sequence[bytes] | None = None) -> str:
+    """The prompt's identity in the trajectory: a hash over the messages' own hashes, so a session that keeps its
+    turns' digests (transcript.py) hashes call 500's prompt without re-reading calls 1-499."""
+    if digests is None:
+        digests = [message_digest(m) for m in messages]
+    return hashlib.sha256(b"".join(digests)).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------------------

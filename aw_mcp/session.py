@@ -11,8 +11,10 @@ from pathlib import Path
 import anyio
 
 from aw_mcp.context_budget import HISTORY_OBSERVATION_CHARS, clip_text, clip_value
+from aw_mcp.ledger import Ledger
 from aw_mcp.prompting import Turn
 from aw_mcp.records import CallRecord, ListingRecord, TrajectoryLine, TrajectoryWriter, read_lines, utc_now
+from aw_mcp.transcript import Transcript
 from aw_mcp.world import WorldSpec
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,9 @@ class WorldSession:
         self.world = world
         self.id = session_id
         self.now = world.now or now or utc_now()
-        self.history: list[Turn] = []
+        self.transcript = Transcript(world)  # the history, rendered for the world model as it grows
+        # What earlier calls established (screen domains: only fault-made changes; the screen shows the rest).
+        self.ledger = Ledger(include_writes=world.domain == "mcp")
         self.records: list[CallRecord] = []
         self.listings: list[ListingRecord] = []  # the tools/list requests answered in this session
         self._next_index = 0
@@ -58,7 +62,12 @@ class WorldSession:
         if record.observation is not None and record.error is None and record.in_history:
             seen = record.truth if record.truth is not None else record.observation
             arguments = clip_value(record.arguments)
-            self.history.append(Turn(record.tool, arguments, clip_text(seen, HISTORY_OBSERVATION_CHARS)))
+            self.transcript.append(Turn(record.tool, arguments, clip_text(seen, HISTORY_OBSERVATION_CHARS)))
+
+    @property
+    def history(self) -> list[Turn]:
+        """The calls the world took in, in commit order: what the world model is shown (read-only)."""
+        return self.transcript.turns
 
     def restore(self, record: CallRecord) -> None:
         """Replay a recorded call into this session (for --resume)."""

@@ -32,7 +32,6 @@ from aw_mcp.context_budget import (
     prompt_budget,
 )
 from aw_mcp.errors import UserError
-from aw_mcp.ledger import ledger_notes
 from aw_mcp.perturb import apply
 from aw_mcp.perturb.injections import BUILTIN_INJECTIONS
 from aw_mcp.perturb.phases import CallPerturbation
@@ -40,8 +39,6 @@ from aw_mcp.perturb.planner import Planner
 from aw_mcp.perturb.spec import CatalogFault
 from aw_mcp.progress import Reporter, monotonic
 from aw_mcp.prompting import (
-    build_messages,
-    messages_hash,
     parse_answer,
     parse_json_observation,
     render_result,
@@ -49,6 +46,7 @@ from aw_mcp.prompting import (
 )
 from aw_mcp.records import CallRecord
 from aw_mcp.session import RecordingError, SessionRegistry, WorldSession
+from aw_mcp.transcript import Prompt
 from aw_mcp.world import ModelSettings, ToolSpec, WorldSpec
 
 log = logging.getLogger(__name__)
@@ -249,11 +247,15 @@ class Simulator:
             record.error = "invalid arguments"
             text = f"Invalid arguments for tool {tool.name}: " + "; ".join(problems)
             return CallOutcome(text, is_error=True)
-        history = [
-            (r.tool, r.arguments, r.is_error or r.error is not None)
-            for r in sorted(session.records, key=lambda r: r.index)
-        ]
         pending = [p for p in self.perturbations if p.name not in self.catalog.applied]
+        history = (
+            [
+                (r.tool, r.arguments, r.is_error or r.error is not None)
+                for r in sorted(session.records, key=lambda r: r.index)
+            ]
+            if pending
+            else []
+        )
         firings = self.planner.plan(session.id, history, tool.name, arguments, only=pending)
         perturbation = CallPerturbation(
             firings,
@@ -284,9 +286,7 @@ class Simulator:
         async def generate(extra: list[str]) -> CallOutcome:
             nonlocal notes
             if notes is None:  # what earlier calls established, read once the before-phase's waits are over
-                notes = ledger_notes(
-                    session.records, self._tool_or_original, include_writes=self.world.domain == "mcp"
-                )
+                notes = session.ledger.notes(session.records, self._tool_or_original)
                 if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
                     notes.append(
                         f"This tool was added to the API during the session; its definition: {tool.wire()}"
@@ -317,8 +317,8 @@ class Simulator:
         report: Reporter | None,
         notes: list[str],
     ) -> CallOutcome:
-        messages = self._fit(session, tool, arguments, notes, record)
-        if messages is None:
+        prompt = self._fit(session, tool, arguments, notes, record)
+        if prompt is None:
             record.error = "prompt does not fit the context"
             return CallOutcome(
                 f"This call to {tool.name} cannot be simulated: its prompt alone needs more than the world "
@@ -326,8 +326,8 @@ class Simulator:
                 "the answer). Send smaller arguments.",
                 is_error=True,
             )
-        record.messages_hash = messages_hash(messages)
-        outcome = await self._generate_observation(tool, arguments, messages, record, report)
+        record.messages_hash = prompt.hash
+        outcome = await self._generate_observation(tool, arguments, prompt.messages, record, report)
         if record.error is not None and is_context_overflow(record.error):
             # The server counted more tokens than the estimate: show it half the remaining turns next time.
             shown = len(session.history) - session.compacted
@@ -346,22 +346,17 @@ class Simulator:
         arguments: dict[str, Any],
         notes: list[str],
         record: CallRecord,
-    ) -> list[dict[str, str]] | None:
+    ) -> Prompt | None:
         """The prompt with as much recent history as fits the budget (the oldest turns go first), or None when
         not even the prompt without history fits. Compaction only grows, so later prompts share a prefix."""
         budget = prompt_budget(self.context_tokens, self.params.max_tokens)
         start = min(session.compacted, len(session.history))
         while True:
             shown_notes = [compaction_note(start), *notes] if start else notes
-            messages = build_messages(
-                self.world,
-                self.system_prompt(session),
-                session.history[start:],
-                tool.name,
-                arguments,
-                notes=shown_notes,
+            prompt = session.transcript.prompt(
+                self.system_prompt(session), tool.name, arguments, shown_notes, start=start
             )
-            if estimate_tokens(messages) <= budget:
+            if estimate_tokens(prompt.messages) <= budget:
                 break
             if start >= len(session.history):
                 return None
@@ -370,7 +365,7 @@ class Simulator:
         if start > session.compacted:
             session.compacted = start
         record.compacted = start
-        return messages
+        return prompt
 
     async def _generate_observation(
         self,

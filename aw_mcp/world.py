@@ -17,7 +17,7 @@ import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.constrained import relaxation_warnings
-from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, Domain
+from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, TASK_DOMAINS, Domain
 from aw_mcp.errors import UserError
 from aw_mcp.perturb.injections import BUILTIN_INJECTIONS, InjectionSlot
 from aw_mcp.perturb.presets import PresetRef, expand_presets, normalize_preset
@@ -309,10 +309,10 @@ class WorldSpec(StrictSpecModel):
     facts: list[Fact] = Field(default_factory=list)
     # The hidden world state, given to the world model in its system prompt.
     state: str | dict[str, Any] | list[Any] | None = None
-    # Screen domains: the screen the agent starts on (terminal text, UI or accessibility tree), shown verbatim as the
-    # first turn's **Current State:**.
+    # Screen domains: the screen the agent starts on (terminal text, UI or accessibility tree), shown verbatim as
+    # the first turn's **Current State:** (android, web, os: until an observation replaces it).
     screen: str | None = None
-    # OS domain: the agent's goal, shown on the first turn as its **Task Instruction:**.
+    # Android, web and OS: the agent's goal, shown on the first turn as its **Task Instruction:**.
     task: str | None = None
     # A directory laid out like `prompts/` (relative to the world file) whose templates replace the bundled ones.
     prompts: str | None = None
@@ -410,8 +410,13 @@ class WorldSpec(StrictSpecModel):
                     "put what the service holds under `state:`",
                 )
             )
-        if self.task is not None and self.domain != "os":
-            problems.append((("task",), "`task:` (the Task Instruction) is read only by the `os` domain"))
+        if self.task is not None and self.domain not in TASK_DOMAINS:
+            problems.append(
+                (
+                    ("task",),
+                    f"`task:` (the Task Instruction) is read only by the {', '.join(sorted(TASK_DOMAINS))} domains",
+                )
+            )
         return problems
 
     def all_perturbations(self) -> list[Perturbation]:

@@ -1,16 +1,17 @@
 """One entry for both checkpoint formats: a safetensors folder or hub id (the bf16 release), or a GGUF file or
 `owner/repo:TYPE` (llama.cpp's quantized files, weights kept in their blocks). Returns the built model, its
-config and tokenizer: what `LLM` starts an engine over."""
+config, tokenizer and recommended sampling settings: what `LLM` starts an engine over."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from engine.config import Config
+from engine.generation_config import SamplingDefaults, from_generation_config, from_gguf_metadata
 from engine.gguf.config import config_from_metadata
 from engine.gguf.hub import is_gguf_source, resolve_gguf
 from engine.gguf.loader import build_gguf_model
@@ -28,6 +29,8 @@ class LoadedCheckpoint:
     dtype: torch.dtype
     file_tensor_bytes: int | None = None  # a GGUF's tensor bytes as stored in the file
     skipped_mtp_tensors: int = 0
+    # generation_config.json's sampling fields, or a GGUF's general.sampling.* (engine/generation_config.py)
+    sampling_defaults: SamplingDefaults = field(default_factory=SamplingDefaults)
 
 
 def load_checkpoint(
@@ -48,15 +51,19 @@ def load_checkpoint(
         gguf = open_checkpoint(path)
         embed = gguf.tensors.get("token_embd.weight")
         config = config_from_metadata(gguf.metadata, vocab_rows=embed.shape[0] if embed else None)
+        sampling = from_gguf_metadata(gguf.metadata, path.name)
         dtype = choose_dtype(config)
         module, report = build_gguf_model(gguf, config, device, dtype, progress)
         tok = (
             AutoTokenizer.from_pretrained(tokenizer) if tokenizer else tokenizer_from_metadata(gguf.metadata)
         )
-        return LoadedCheckpoint(path, config, module, tok, dtype, gguf.tensor_bytes, report.skipped_mtp)
+        return LoadedCheckpoint(
+            path, config, module, tok, dtype, gguf.tensor_bytes, report.skipped_mtp, sampling
+        )
     path = resolve_model_path(model)
     config = Config.from_pretrained(path)
+    sampling = from_generation_config(path)  # before the weights: a broken file fails fast
     dtype = choose_dtype(config)
     module = build_model(config, path, device, dtype, hf_compat_dtypes, progress)
     tok = AutoTokenizer.from_pretrained(tokenizer or str(path))
-    return LoadedCheckpoint(path, config, module, tok, dtype)
+    return LoadedCheckpoint(path, config, module, tok, dtype, sampling_defaults=sampling)

@@ -61,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory for prefix snapshots (default: half the free GPU memory after the slots; 2 on a CPU)",
     )
     serve.add_argument("--served-model-name", default=None, help="model id reported by the API")
+    serve.add_argument(
+        "--generation-config",
+        default="auto",
+        help="sampling defaults for requests that leave them unset, as vLLM's flag: auto (the checkpoint's "
+        "generation_config.json or GGUF general.sampling.* metadata), vllm (none), or a folder holding a "
+        "generation_config.json (default: %(default)s)",
+    )
     return parser
 
 
@@ -82,11 +89,13 @@ def main(argv: list[str] | None = None) -> int:
                 enable_prefix_caching=args.enable_prefix_caching,
                 prefix_cache_memory_gb=args.prefix_cache_memory_gb,
                 tokenizer=args.tokenizer,
+                generation_config=args.generation_config,
             )
         except (CheckpointError, FileNotFoundError, ValueError, MemoryError) as exc:
             print(f"engine: cannot load the model: {exc}", file=sys.stderr)
             return 2
         print(f"engine: {llm.memory_plan().render()}", file=sys.stderr)
+        print(f"engine: {llm.sampling_defaults.describe()}", file=sys.stderr)
         serve(llm, host=args.host, port=args.port, served_model_name=args.served_model_name)
         return 0
     return 1

@@ -10,11 +10,13 @@ repeats call k-1's prompt) restores that state and prefills only the rest (`engi
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -22,6 +24,7 @@ from engine import settings
 from engine.cache import Cache
 from engine.checkpoint import load_checkpoint
 from engine.config import Config
+from engine.generation_config import SamplingDefaults, generation_config_override
 from engine.llm_engine import LLMEngine
 from engine.loader import DEFAULT_MODEL
 from engine.memory_plan import RUNTIME_BYTES, MemoryPlan, model_weight_bytes, plan_memory
@@ -33,6 +36,8 @@ from engine.scheduler import Scheduler
 from engine.sequence import Sequence as EngineSequence
 from engine.sequence import StopCheck, StreamDelta
 from engine.structured import AnswerFormat, Constraint, GrammarCompiler, canonical_schema
+
+logger = logging.getLogger(__name__)
 
 Prompt = str | list[int]
 _DTYPES = {
@@ -96,6 +101,7 @@ class LLM:
         static_decode: bool | None = None,
         compile_decode: bool | None = None,
         tokenizer: str | None = None,
+        generation_config: str | None = "auto",
     ) -> None:
         """`model`: a checkpoint folder, a hub id, a GGUF file (`model-Q4_K_M.gguf`, any part of a split set) or a
         GGUF hub form (`unsloth/Qwen-AgentWorld-35B-A3B-GGUF:Q4_K_M`). `tokenizer`: an HF tokenizer (folder or hub
@@ -108,8 +114,12 @@ class LLM:
         the eager step is faster, since it reads just the cached span and slot views without gathers).
         `compile_decode` (CPU only; default from `AW_COMPILE=1`): run decode batches through `torch.compile`d
         per-layer regions (`engine/models/decode_regions.py`), compiled on first use of each batch
-        size (seconds each)."""
+        size (seconds each).
+        `generation_config`, as vLLM's flag: "auto" applies the checkpoint's recommended sampling settings
+        (generation_config.json, or a GGUF's general.sampling.* metadata) wherever a request leaves them unset;
+        "vllm" applies none; a folder applies its generation_config.json (engine/generation_config.py)."""
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        override = generation_config_override(generation_config)  # a bad choice fails before the weights load
         loaded = load_checkpoint(
             model,
             device,
@@ -133,6 +143,7 @@ class LLM:
             cache_memory_gb=cache_memory_gb,
             prefix_cache_memory_gb=prefix_cache_memory_gb,
             static_decode=static_decode,
+            sampling_defaults=loaded.sampling_defaults if override is None else override,
         )  # fmt: skip
 
     @classmethod
@@ -148,7 +159,8 @@ class LLM:
         **engine_options,
     ) -> LLM:
         """An engine over a model already built (fused weights) and a tokenizer: what `bench/gpu_check.py` serves
-        its random full-size model with. `engine_options` are `__init__`'s engine settings."""
+        its random full-size model with. `engine_options` are `__init__`'s engine settings, and
+        `sampling_defaults` (none unless given)."""
         llm = cls.__new__(cls)
         llm.model_path, llm.file_tensor_bytes = None, None
         param = next(model.parameters())
@@ -173,9 +185,12 @@ class LLM:
         cache_memory_gb: float | None = None,
         prefix_cache_memory_gb: float | None = None,
         static_decode: bool | None = None,
+        sampling_defaults: SamplingDefaults | None = None,
     ) -> None:
         """Allocates the cache and starts the step loop."""
         self.model_name, self.config, self.tokenizer = name, config, tokenizer
+        self.sampling_defaults = sampling_defaults or SamplingDefaults()
+        logger.info("engine: %s", self.sampling_defaults.describe())
         self.device, self.dtype = device, dtype
         cache = self._allocate_cache(max_model_len, max_num_seqs, cache_memory_gb)
         self.processor = OutputProcessor(self.tokenizer, self._eos_ids(), cache.max_len)
@@ -247,6 +262,38 @@ class LLM:
             batched_tokens=self._batched_tokens,
             prefix_cache=self._prefix_budget,
             runtime=0 if self.device.type == "cpu" else RUNTIME_BYTES,
+        )
+
+    def default_sampling_params(self) -> SamplingParams:
+        """What a call without SamplingParams samples with: SamplingParams()'s values with the checkpoint's
+        recommended ones over them (vLLM's `LLM.get_default_sampling_params`)."""
+        return SamplingParams(**self.sampling_defaults.values)
+
+    def sampling_params(
+        self,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float | None = None,
+        max_tokens: int | None = None,
+        **other: Any,
+    ) -> SamplingParams:
+        """SamplingParams for one request, filled as vLLM's server fills them: the sampling fields left None take
+        the checkpoint's recommended values (else the neutral ones), `max_tokens` (SamplingParams' 16 when None) is
+        capped by the checkpoint's `max_new_tokens`; `other` fields pass through."""
+        defaults = self.sampling_defaults
+        return SamplingParams(
+            **defaults.apply(
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                min_p=min_p,
+                repetition_penalty=repetition_penalty,
+            ),
+            max_tokens=defaults.max_tokens(max_tokens, SamplingParams.max_tokens),
+            **other,
         )
 
     def shutdown(self) -> None:
@@ -398,7 +445,7 @@ class LLM:
         sink=None,
     ) -> list[EngineSequence]:
         if params is None or isinstance(params, SamplingParams):
-            params = [params or SamplingParams()] * len(prompts)
+            params = [params or self.default_sampling_params()] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError("give one SamplingParams, or one per prompt")
         seqs = []

@@ -11,7 +11,7 @@ from engine.config import Config
 from engine.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphRunner
 from engine.forward_batch import ForwardBatch
 from engine.output_processor import OutputProcessor
-from engine.sampling import sample_token
+from engine.sampling import apply_repetition_penalty, sample_token
 from engine.scheduler import PrefillChunk
 from engine.sequence import Sequence
 from engine.structured import mask_logits
@@ -78,12 +78,18 @@ class ModelRunner:
     ) -> list[int]:
         """The next token of every sequence: greedy rows take one batched argmax (a single host read-back for the
         whole step), sampled rows their own seeded sampler; an exhausted thinking budget forces `</think>`; rows
-        with an active grammar constraint are masked first."""
+        with an active grammar constraint are masked first, rows with a repetition penalty penalized first (greedy
+        ones too, as in vLLM)."""
         constrained = [i for i, s in enumerate(seqs) if s.constraint is not None and s.constraint.active]
-        if constrained:  # after the model (and its CUDA graph): capture is untouched
+        penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
+        if constrained or penalized:  # after the model (and its CUDA graph): capture is untouched
             # Rows must be contiguous for the bitmask kernel (CPU decode logits can be a transposed view).
             logits = logits.contiguous()
+        if constrained:
             mask_logits(logits, constrained, [seqs[i].constraint for i in constrained])
+        for i in penalized:
+            seen = _seen_tokens(seqs[i], logits.shape[-1], logits.device)
+            apply_repetition_penalty(logits[i], seen, seqs[i].params.repetition_penalty)
         greedy = logits.argmax(-1).tolist() if any(s.params.greedy for s in seqs) else None
         tokens = []
         for i, seq in enumerate(seqs):
@@ -107,3 +113,16 @@ class ModelRunner:
         if self.emittable < logits.shape[-1]:
             logits[:, self.emittable :] = float("-inf")
         return logits
+
+
+def _seen_tokens(seq: Sequence, vocab: int, device: torch.device) -> torch.Tensor:
+    """The sequence's bool [vocab] of token ids in its prompt and output, kept on the sequence and brought up to
+    date with the tokens added since the last step (one scatter each, not a pass over the whole prompt)."""
+    if seq.seen_tokens is None:
+        seq.seen_tokens = torch.zeros(vocab, dtype=torch.bool, device=device)
+        seq.seen_tokens[torch.tensor(seq.prompt_ids, dtype=torch.int64, device=device)] = True
+    new = seq.output_ids[seq.seen_outputs :]
+    if new:
+        seq.seen_tokens[torch.tensor(new, dtype=torch.int64, device=device)] = True
+        seq.seen_outputs = len(seq.output_ids)
+    return seq.seen_tokens

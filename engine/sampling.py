@@ -1,4 +1,6 @@
-"""Sampling settings (vLLM's field names) and the token sampler: greedy, temperature, top-k, top-p, seeded."""
+"""Sampling settings (vLLM's field names) and the token sampler: repetition penalty, greedy, temperature, min-p,
+top-k, top-p, seeded; in vLLM's order (penalty on the raw logits, greedy after it; min-p after the temperature,
+before top-k and top-p). Unset request fields get the checkpoint's defaults first (engine/generation_config.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ class SamplingParams:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0  # 0 or -1 = all tokens
+    min_p: float = 0.0  # drop tokens less likely than min_p x the most likely one; 0 = off
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already in the prompt or output; 1 = off
     max_tokens: int | None = 16  # None = up to the cache's length limit
     seed: int | None = None
     stop: list[str] | str | None = None  # the stop string itself is not part of the output text
@@ -33,6 +37,10 @@ class SamplingParams:
             raise ValueError("temperature must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError("min_p must be in [0, 1]")
+        if self.repetition_penalty <= 0:
+            raise ValueError("repetition_penalty must be > 0")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         if self.thinking_budget is not None and self.thinking_budget < 0:
@@ -58,11 +66,23 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
     return generator
 
 
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> None:
+    """In place on one row's logits [vocab], vLLM's (and transformers') repetition penalty: every token in `seen`
+    (bool [vocab]: in the prompt or the output so far) has a positive logit divided by the penalty, a negative one
+    multiplied by it."""
+    picked = logits[seen]
+    logits[seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
+
+
 def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """One token id from fp32 logits [vocab] (ids that must never be emitted already set to -inf)."""
+    """One token id from fp32 logits [vocab] (ids that must never be emitted already set to -inf, the repetition
+    penalty already applied)."""
     if params.greedy:
         return int(torch.argmax(logits))
     scaled = logits / params.temperature
+    if params.min_p > 0:
+        probs = torch.softmax(scaled, dim=-1)
+        scaled = scaled.masked_fill(probs < probs.max() * params.min_p, float("-inf"))
     if 0 < params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k).values[-1]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))

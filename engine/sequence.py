@@ -63,6 +63,10 @@ class Sequence:
     finish_reason: str | None = None  # "stop", "length", "abort" or "error"
     abort_requested: bool = False
     outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    # Repetition penalty only: which token ids the prompt and output hold (bool [vocab], built on first use) and how
+    # many output ids are already marked in it.
+    seen_tokens: torch.Tensor | None = None
+    seen_outputs: int = 0
 
     def __post_init__(self) -> None:
         if self.sink is None:

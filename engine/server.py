@@ -5,7 +5,8 @@ Every request is a sequence in the engine's step loop, so concurrent clients are
 the event loop through `LLM.generate_async` (no thread per request). A client that disconnects cancels its request,
 which leaves the batch at the next step. Request bodies are checked by pydantic: a 400 in OpenAI's error shape
 lists every bad field. Thinking is split into `reasoning_content` the way vLLM's qwen3 reasoning parser does it:
-text before `</think>` is reasoning.
+text before `</think>` is reasoning. Sampling fields a request leaves unset take the checkpoint's recommended values
+(generation_config.json), as vLLM's server does; /v1/models shows them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from engine.generation_config import SamplingDefaults
 from engine.llm import LLM, PromptTooLong
 from engine.reasoning import ReasoningStreamSplitter, split_reasoning
 from engine.sampling import SamplingParams
@@ -90,6 +92,8 @@ class ChatCompletionRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=100)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)  # vLLM's extra sampling fields
+    repetition_penalty: float | None = Field(None, gt=0, le=100)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     seed: int | None = None
@@ -110,12 +114,19 @@ class ChatCompletionRequest(BaseModel):
     def thinking(self) -> bool:
         return bool(self.chat_template_kwargs.get("enable_thinking", True))
 
-    def sampling_params(self) -> SamplingParams:
+    def sampling_params(self, defaults: SamplingDefaults | None = None) -> SamplingParams:
+        """The request's settings; each sampling field it leaves unset from `defaults` (the checkpoint's
+        recommended values), else neutral, and its token limit capped by theirs: vLLM's `to_sampling_params`."""
+        defaults = defaults or SamplingDefaults()
         return SamplingParams(
-            temperature=1.0 if self.temperature is None else self.temperature,
-            top_p=1.0 if self.top_p is None else self.top_p,
-            top_k=0 if self.top_k is None else self.top_k,
-            max_tokens=self.max_tokens or self.max_completion_tokens or DEFAULT_MAX_TOKENS,
+            **defaults.apply(
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=self.top_k,
+                min_p=self.min_p,
+                repetition_penalty=self.repetition_penalty,
+            ),
+            max_tokens=defaults.max_tokens(self.max_tokens or self.max_completion_tokens, DEFAULT_MAX_TOKENS),
             seed=self.seed,
             stop=[self.stop] if isinstance(self.stop, str) else self.stop,
             ignore_eos=self.ignore_eos,
@@ -151,6 +162,8 @@ def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
             "created": created,
             "owned_by": "engine",
             "max_model_len": llm.cache.max_len,
+            # what a request that sets no sampling fields gets (our addition to vLLM's card)
+            "default_sampling_params": llm.sampling_defaults.as_dict(),
         }
         return JSONResponse({"object": "list", "data": [card]})
 
@@ -161,7 +174,7 @@ def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
             return _error(400, f"the body is not JSON: {exc}")
         try:
             parsed = ChatCompletionRequest.model_validate(body)
-            params = parsed.sampling_params()
+            params = parsed.sampling_params(llm.sampling_defaults)
         except ValidationError as exc:
             return _error(400, *_validation_message(exc))
         except ValueError as exc:  # SamplingParams' own checks

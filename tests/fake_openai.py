@@ -13,6 +13,11 @@
 ``response_format`` with HTTP 400 and that message, as a server without structured output does; the refused
 request is recorded and does not consume the script.
 
+``refuse`` maps a request field to a Reply (an error status and body): a request carrying that top-level field gets
+it, as a server that rejects that form of constraint answers; recorded, and the script is not consumed.
+``model_card`` adds to (or overrides) the server's `GET /v1/models` entry, e.g. ``{"owned_by": "vllm"}`` as vLLM
+lists its model; ``version`` makes it answer `GET /version` as vLLM does. Both GETs are recorded in ``probes``.
+
 ``script`` may also be a list of replies (call n gets item n, the last one repeats). ``call_number`` counts chat
 completion requests from 0. An exception raised by the script becomes an HTTP 500 whose body names it, and is kept
 in ``server.script_errors`` so the test can re-raise it.
@@ -62,6 +67,8 @@ class Reply:
         None  # close the stream cleanly after this many deltas: no finish, no [DONE]
     )
     raw_json: Any = None  # answer 200 with exactly this JSON body (a malformed completion shape)
+    # stream this error object after the first chunk, then [DONE] (vLLM and SGLang report failures after the 200)
+    error_chunk: dict[str, Any] | None = None
 
 
 @dataclass
@@ -101,12 +108,23 @@ class ScriptedOpenAIServer:
     """Context manager running the fake server on a free 127.0.0.1 port in a background thread."""
 
     def __init__(
-        self, script: Script, *, model: str = "fake-world-model", reject_response_format: str | None = None
+        self,
+        script: Script,
+        *,
+        model: str = "fake-world-model",
+        reject_response_format: str | None = None,
+        refuse: dict[str, Reply] | None = None,
+        model_card: dict[str, Any] | None = None,
+        version: str | None = None,
     ) -> None:
         self.script = script
         self.model = model
         self.reject_response_format = reject_response_format
+        self.refuse = dict(refuse or {})
+        self.model_card = dict(model_card or {})
+        self.version = version
         self.requests: list[ReceivedRequest] = []
+        self.probes: list[str] = []  # paths of the GETs that identify the server
         self.script_errors: list[BaseException] = []
         self._calls = 0
         self._lock = threading.Lock()
@@ -161,13 +179,20 @@ class ScriptedOpenAIServer:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/version", self._version, methods=["GET"]),
             ]
         )
 
     async def _models(self, request: Request) -> Response:
-        return JSONResponse(
-            {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "tests"}]}
-        )
+        self.probes.append(request.url.path)
+        card = {"id": self.model, "object": "model", "owned_by": "tests", **self.model_card}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def _version(self, request: Request) -> Response:
+        self.probes.append(request.url.path)
+        if self.version is None:
+            return JSONResponse({"detail": "Not Found"}, 404)
+        return JSONResponse({"version": self.version})
 
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
@@ -191,6 +216,9 @@ class ScriptedOpenAIServer:
                 "error": {"message": self.reject_response_format, "type": "BadRequestError", "code": 400}
             }
             return JSONResponse(error, 400)
+        refusal = next((self.refuse[name] for name in self.refuse if name in body), None)
+        if refusal is not None:
+            return Response(refusal.body or "", refusal.status, headers=refusal.headers)
         try:
             reply = self._next_reply(body)
         except Exception as error:  # the test inspects it; the client sees a 500
@@ -253,6 +281,10 @@ class ScriptedOpenAIServer:
             return f"data: {json.dumps({**header, 'choices': [choice]})}\n\n"
 
         yield chunk({"role": "assistant", "content": ""})
+        if reply.error_chunk is not None:
+            yield f"data: {json.dumps({'error': reply.error_chunk})}\n\n"
+            yield "data: [DONE]\n\n"
+            return
         pieces = [{reply.reasoning_field: p} for p in _split(reply.reasoning, reply.stream_chunks)]
         pieces += [{"content": p} for p in _split(reply.content, reply.stream_chunks)]
         for delta in pieces[: reply.end_after_chunks]:

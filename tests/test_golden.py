@@ -110,18 +110,29 @@ SESSIONS: dict[str, tuple[str, list[tuple[str, dict[str, Any]]], list[str]]] = {
     "android": (
         "android_phone",
         [
-            ("android_action", {"action": "tap", "element": 18}),
-            ("android_action", {"action": "tap", "element": 3}),
-            ("android_action", {"action": "type", "element": 7, "text": "Yes, see you Sunday!"}),
+            ("click", {"index": 18}),
+            ("click", {"index": 3}),
+            ("input_text", {"text": "Yes, see you Sunday!", "index": 7}),
         ],
         [
             tagged(
-                '[0] FrameLayout package=com.google.android.apps.messaging\n  [1] TextView "Messages"\n  [3] "Mum"'
+                '[ 0] | android.widget.FrameLayout | res="com.google.android.apps.messaging:id/root" | '
+                "bounds=[0,0][1080,2400]\n"
+                '[ 1] | android.widget.TextView | text="Messages" | bounds=[48,150][420,230]\n'
+                '[ 3] | android.view.ViewGroup | desc="Mum, Are you still coming for lunch on Sunday?" | '
+                "bounds=[0,420][1080,600] | clickable"
             ),
             tagged(
-                '[0] FrameLayout package=com.google.android.apps.messaging\n  [7] EditText "Text message"'
+                '[ 0] | android.widget.FrameLayout | res="com.google.android.apps.messaging:id/root" | '
+                "bounds=[0,0][1080,2400]\n"
+                '[ 7] | android.widget.EditText | res="com.google.android.apps.messaging:id/compose_message_text" | '
+                'text="Text message" | bounds=[150,2200][880,2330] | clickable | focusable'
             ),
-            tagged('[0] FrameLayout\n  [7] EditText "Yes, see you Sunday!" focused=true'),
+            tagged(
+                "[ 0] | android.widget.FrameLayout | bounds=[0,0][1080,2400]\n"
+                '[ 7] | android.widget.EditText | text="Yes, see you Sunday!" | bounds=[150,2200][880,2330] | '
+                "clickable | focused"
+            ),
         ],
     ),
     "web": (
@@ -203,8 +214,12 @@ def test_fixture_follows_the_trained_layout(domain: str) -> None:
     assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
     for number, user in enumerate(third[0::2], 1):
         assert user["content"].startswith(f"### Turn {number}\n**")  # no blank line after the header
+        # Android, web and OS: the then-current screen in every turn; terminal: on turn 1 only.
         assert ("**Current State:**" in user["content"]) == (
-            number == 1 and domain in {"terminal", "android", "web", "os"}
+            domain in {"android", "web", "os"} or (number == 1 and domain == "terminal")
+        )
+        assert ("**Task Instruction:**" in user["content"]) == (
+            number == 1 and domain in {"android", "web", "os"}
         )
     for assistant in third[1::2]:
         assert assistant["content"].startswith("**Environment Observation:**\n")
@@ -216,6 +231,23 @@ def test_fixture_follows_the_trained_layout(domain: str) -> None:
         assert "cwd:" not in json.dumps(third)  # the hidden state never reaches the turns
     if domain == "web":
         assert "```\nfill('a1', 'tent')\n```" in third[2]["content"]
+    if domain in {"android", "web", "os"}:  # turn k shows the observation that answered turn k-1
+        for k in (1, 2):
+            screen = third[2 * k - 1]["content"].removeprefix("**Environment Observation:**\n")
+            assert f"**Current State:**\n{screen}\n\n**Action:**" in third[2 * k]["content"]
+    if domain == "android":
+        assert third[0]["content"].startswith(
+            "### Turn 1\n**Task Instruction:**\nReply to Mum's message: tell her you are coming for lunch on "
+            "Sunday.\n\n**Current State:**\n[ 0] | android.widget.FrameLayout | "
+        )
+        assert third[0]["content"].endswith(
+            '**Action:**\n```json\n{"action_type": "click", "index": 18}\n```'
+        )
+        assert third[4]["content"].endswith(
+            '```json\n{"action_type": "input_text", "text": "Yes, see you Sunday!", "index": 7}\n```'
+        )
+    if domain == "swe":  # the state's files and tree arrive line for line: literal blocks, no escapes
+        assert "\\n" not in golden["system"] and "\n\n  ├──" not in golden["system"]
     if domain == "os":
         assert third[0]["content"].startswith("### Turn 1\n**Task Instruction:**\nAdd a total row")
     if domain == "swe":

@@ -7,8 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from aw_mcp.bench import Sample
 from aw_mcp.cli import main
-from aw_mcp.judging import parse_judgement
+from aw_mcp.errors import UsageError
+from aw_mcp.judging import (
+    CLOSING,
+    DIMENSIONS,
+    judge_output,
+    judge_system_prompt,
+    load_closing,
+    parse_judgement,
+    sample_judge_user_message,
+)
+from aw_mcp.templates import BUNDLED
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 SCORES = '{"format": 5, "factuality": 4, "consistency": 5, "realism": 4, "quality": 2}'
@@ -42,6 +53,139 @@ def test_scores_are_clamped_and_invalid_ones_left_out_of_the_mean() -> None:
     judgement = parse_judgement('{"scores": {"format": 9, "factuality": 0, "consistency": 1, "realism": 3}}')
     assert judgement is not None and judgement.scores["format"] == 5 and judgement.scores["quality"] == 0
     assert judgement.mean == 3.0
+
+
+def test_the_closing_request_keeps_eval_py_s_structure_and_a_file_replaces_it(tmp_path) -> None:
+    """Ours by default (eval.py's structure in our words: the five dimensions, the labelled 1-5 scale, reasoning
+    first, the json block inside <final_evaluation>); `--judge-closing FILE` sends a file's text byte for byte."""
+    for dimension in ("Format", "Factuality", "Consistency", "Realism", "Quality"):
+        assert dimension in CLOSING.split("\n", 1)[0]
+    labels = ["5 = Excellent", "4 = Good", "3 = Fair", "2 = Poor", "1 = Very Poor"]
+    assert [line.split("**")[1] for line in CLOSING.splitlines() if line.startswith("- **")] == labels
+    example = CLOSING.split("<final_evaluation>\n```json\n", 1)[1].split("\n```\n</final_evaluation>", 1)[0]
+    assert [k.strip().split('"')[1] for k in example.splitlines() if k.strip().startswith('"')][:3] == [
+        "strengths",
+        "weaknesses",
+        "scores",
+    ]
+    assert load_closing(None) == CLOSING
+    official = tmp_path / "closing.txt"
+    official.write_text("Please grade.\n  (exact bytes)\n", encoding="utf-8")
+    sample = Sample(prompt=["### Turn 1\nA"], response=["R"], current_prompt="### Turn 1\nA", turn_idx=1)
+    user = sample_judge_user_message(sample, "**Environment Observation:**\nX", load_closing(str(official)))
+    assert user.endswith("```\n\nPlease grade.\n  (exact bytes)")  # the message's final strip, as eval.py's
+    with pytest.raises(UsageError, match="--judge-closing .*cannot read"):
+        load_closing(str(tmp_path / "missing.txt"))
+
+
+def test_judge_message_is_eval_py_s_bytes() -> None:
+    """Hand-derived from eval.py's build_judge_messages: context pairs as `prompt\\nresponse\\n\\n` (responses
+    as recorded, marker and all), the template's blank line after it, `current_prompt` (not prompt[turn_idx-1]), both
+    outputs marker-stripped and fenced as they are (inner fences kept), then the closing request."""
+    sample = Sample(
+        task="agentworldbench/mcp",
+        prompt=["### Turn 1\n**Action:**\nA", "### Turn 2\n**Action:**\nB", "### Turn 3\n**Action:**\nC"],
+        response=[
+            "**Environment Observation:**\nfirst",
+            '**Environment Observation:**\n```json\n{"ok": true}\n```',
+            "**Environment Observation:**\n```\nthird\n```\n",
+        ],
+        current_prompt="### Turn 3\n**Action:**\nC, as the sample records it",
+        turn_idx=3,
+    )
+    generation = "<think>plan it</think>\n\n**Environment Observation:**\n```\nthird\n```"
+    expected = (
+        "# Context (Historical Interactions):\n\n"
+        "### Turn 1\n**Action:**\nA\n**Environment Observation:**\nfirst\n\n"
+        '### Turn 2\n**Action:**\nB\n**Environment Observation:**\n```json\n{"ok": true}\n```\n\n'
+        "\n\n"
+        "# Current Turn:\n\n### Turn 3\n**Action:**\nC, as the sample records it\n\n"
+        "**World Model Output (Simulated):**\n```\n```\nthird\n```\n```\n\n"
+        "**Ground Truth (Real Output):**\n```\n```\nthird\n```\n```\n\n"
+    )
+    assert sample_judge_user_message(sample, generation) == expected + CLOSING
+
+
+def test_first_turn_judge_message_starts_at_the_current_turn() -> None:
+    """No context: the template's leading blank line is stripped away. An empty current_prompt falls back to the
+    turn's prompt; a missing response is an empty ground truth; a tagged answer is its last block, unfenced."""
+    sample = Sample(task="agentworldbench/web", prompt=["### Turn 1\nclick('12')"], response=[], turn_idx=1)
+    generation = (
+        "<think>maybe <predicted_observation>draft</predicted_observation>\n</think>"
+        "<predicted_observation>\nRootWebArea 'Cart'\n</predicted_observation>"
+    )
+    expected = (
+        "# Current Turn:\n\n### Turn 1\nclick('12')\n\n"
+        "**World Model Output (Simulated):**\n```\nRootWebArea 'Cart'\n```\n\n"
+        "**Ground Truth (Real Output):**\n```\n\n```\n\n"
+    )
+    assert sample_judge_user_message(sample, generation) == expected + CLOSING
+
+
+@pytest.mark.parametrize(
+    ("generation", "extracted"),
+    [
+        ("", "No output"),
+        ("<think>only thinking</think>", "No output"),
+        ("  plain answer \n", "plain answer"),  # no tags: stripped
+        # A stray close tag takes what precedes it; the marker is left to the message (both sides lose it there).
+        ("stray</think>\n**Environment Observation:**\nok", "**Environment Observation:**\nok"),
+        ("<think>a<think>b</think>c</think>rest", "rest"),  # nested blocks merge
+        ("<think>unclosed <predicted_observation>x</predicted_observation>", "x"),  # stops at the answer tag
+        ("<think>unclosed, no answer", "No output"),
+        ("<predicted_observation>a</predicted_observation><predicted_observation> b ", "b"),  # last, unclosed
+        # Tags in any case; an inner fence is kept, as on the ground truth's side.
+        ("<PREDICTED_OBSERVATION>\n```\nfenced\n```\n</predicted_observation>", "```\nfenced\n```"),
+        ("<predicted_observation></predicted_observation>", ""),  # an empty block stays empty
+    ],
+)
+def test_judge_output_extracts_the_answer_as_eval_py(generation: str, extracted: str) -> None:
+    assert judge_output(generation) == extracted
+
+
+OFFICIAL_SECTIONS = {
+    # The official rubrics' section structure (headers only), per domain family.
+    "mcp": ["# Role and Objective", "# Content Type Classification", "# Evaluation Dimensions"],
+    "swe": ["# Role and Objective", "# Content Type Classification", "# Evaluation Dimensions"],
+    "terminal": ["# Role and Objective", "# Content Type Classification", "# Evaluation Dimensions"],
+    "search": ["# Role and Objective", "# Evaluation Dimensions"],
+}
+GUI_SECTIONS = [
+    "Core Principle",
+    "{anchors}",
+    "Strictness Rules",
+    "Tie Breakers",
+    "Score Separation Policy",
+    "Dimension-Specific Scoring Anchors",
+    "Discriminative Error Calibration",
+    "Fine-Grained Openended Separation Calibration",
+    "Active-Region Coverage Calibration",
+    "Final-Answer Discipline Calibration",
+    "Missing Final Observation Calibration",
+]
+
+
+@pytest.mark.parametrize("domain", ["mcp", "search", "terminal", "swe", "android", "web", "os"])
+def test_rubrics_have_the_official_structure(domain: str) -> None:
+    rubric = judge_system_prompt(BUNDLED.load(domain, "judge_system_prompt"), None)
+    headers = [line for line in rubric.splitlines() if line.startswith("#")]
+    if domain in OFFICIAL_SECTIONS:
+        assert [h for h in headers if h.startswith("# ")] == OFFICIAL_SECTIONS[domain]
+        dimensions = [h for h in headers if h.startswith("## ")]
+        assert [h.split(" ")[2].lower() for h in dimensions] == list(DIMENSIONS)
+        assert rubric.count("**Definition:**") == 5 and rubric.count("**Key Points:**") == 5
+        if domain != "search":
+            assert "| Content Type | Verification Standard | Examples |" in rubric
+    else:
+        anchors = {"android": "Android Anchors", "web": "Web Anchors", "os": "Desktop Anchors"}[domain]
+        assert headers[0] == "# Role and Objective"
+        assert [h[3:] for h in headers[1:]] == [anchors if s == "{anchors}" else s for s in GUI_SECTIONS]
+    # Without a world reference (a benchmark sample) the rubric is all there is: no slot, no empty section.
+    assert "World Reference" not in rubric and "{" + "world_reference}" not in rubric
+    assert rubric.endswith(".\n")
+    with_reference = judge_system_prompt(BUNDLED.load(domain, "judge_system_prompt"), "World: shop (mcp)")
+    assert with_reference.startswith(rubric.rstrip("\n") + "\n\n---\n\n# World Reference\n\n")
+    assert with_reference.endswith("World: shop (mcp)\n")
 
 
 WORLD = "name: repo\ndomain: swe\nnow: '2026-01-01T00:00:00Z'\nfacts: [The repo has 3 files.]\n"
@@ -94,9 +238,12 @@ def test_judge_scores_a_recorded_session_and_survives_malformed_answers(
         system.startswith("# Role and Objective") and "The repo has 3 files." in system
     )  # the world reference
     assert user.startswith("# Context (Historical Interactions):\n\n### Turn 1\n**Action:**")
+    # The context keeps each turn's trailing blank line: three blank lines before the current turn, as in eval.py.
     assert (
-        "\n**Environment Observation:**\na.py b.py c.py\n\n# Current Turn:\n\n### Turn 2\n**Action:**" in user
+        "\n**Environment Observation:**\na.py b.py c.py\n\n\n\n# Current Turn:\n\n### Turn 2\n**Action:**"
+        in user
     )
+    assert user.endswith(CLOSING)
     assert "**World Model Output (Simulated):**\n```\nx = 1\n```" in user
     assert "**Ground Truth (Real Output):**\n```\n(No real output was recorded" in user
     assert "<final_evaluation>" in user and body["max_tokens"] == 32768 and body["temperature"] == 0.6

@@ -8,7 +8,6 @@ from aw_mcp.domains import ROLE_PHRASES, TAGGED_DOMAINS, TRAINED_SECTIONS
 from aw_mcp.prompting import (
     SYSTEM_SLOTS,
     Turn,
-    build_messages,
     fill_slots,
     load_template,
     parse_answer,
@@ -17,6 +16,7 @@ from aw_mcp.prompting import (
     render_system_prompt,
     strip_code_fence,
 )
+from aw_mcp.transcript import build_messages
 from aw_mcp.world import WorldSpecError, load_world_text
 from tests.conftest import SMALL_WORLD
 
@@ -117,8 +117,10 @@ def test_screen_world_without_screen_is_a_spec_error_at_its_line() -> None:
         WorldSpecError, match=r"w.yaml:2: screen: `screen:` is read only by the screen domains"
     ):
         load_world_text("name: t\nscreen: x\ntools: [{name: a}]\n", "w.yaml")
-    with pytest.raises(WorldSpecError, match=r"w.yaml:3: task: .* only by the `os` domain"):
-        load_world_text("name: t\ndomain: web\ntask: buy\nscreen: x\n", "w.yaml")
+    with pytest.raises(WorldSpecError, match=r"w.yaml:3: task: .* only by the android, os, web domains"):
+        load_world_text("name: t\ndomain: terminal\ntask: buy\nscreen: x\n", "w.yaml")
+    for domain in ("android", "web", "os"):  # the screen domains with a Task Instruction take one
+        assert load_world_text(f"name: t\ndomain: {domain}\ntask: buy\nscreen: x\n").task == "buy"
 
 
 def test_os_turn_one_carries_the_task_instruction() -> None:
@@ -133,8 +135,7 @@ def test_os_turn_one_carries_the_task_instruction() -> None:
 def test_gui_actions_render_as_calls_and_code() -> None:
     android = load_world_text("name: a\ndomain: android\nscreen: s\n")
     assert (
-        render_action(android, "android_action", {"action": "tap", "element": 4})
-        == "```\ntap(element=4)\n```"
+        render_action(android, "click", {"index": 4}) == '```json\n{"action_type": "click", "index": 4}\n```'
     )
     desktop = load_world_text("name: o\ndomain: os\nscreen: s\n")
     assert render_action(desktop, "run_gui_code", {"code": "pyautogui.click(1, 2)"}).startswith("```python\n")

@@ -95,7 +95,8 @@ async def test_missing_local_model_without_preflight_is_a_clear_is_error(small_w
 
 def test_every_bundled_world_prompt_fits_the_tiny_checkpoint_context() -> None:
     from aw_mcp.bundled import bundled_worlds
-    from aw_mcp.prompting import build_messages, render_system_prompt
+    from aw_mcp.prompting import render_system_prompt
+    from aw_mcp.transcript import build_messages
     from aw_mcp.world import load_world
     from engine.testing.tiny_checkpoint import TINY_TEXT_CONFIG, build_tokenizer
 

@@ -46,15 +46,14 @@ def answer_format(constraint: AnswerConstraint) -> Any:
     )
 
 
-def sampling_params(params: GenerationParams, answer: Any = None) -> Any:
-    """The engine's SamplingParams for these settings; top_p / top_k unset mean no filtering (all tokens).
+def sampling_params(llm: Any, params: GenerationParams, answer: Any = None) -> Any:
+    """The engine's SamplingParams for these settings: fields the world leaves unset (top_p, top_k) take the
+    checkpoint's generation_config.json values, as vLLM serves them (`LLM.sampling_params`).
     `answer`: the AnswerFormat to decode under (after the thinking, when the model thinks)."""
-    from engine import SamplingParams
-
-    return SamplingParams(
+    return llm.sampling_params(
         temperature=params.temperature,
-        top_p=1.0 if params.top_p is None else params.top_p,
-        top_k=0 if params.top_k is None else params.top_k,
+        top_p=params.top_p,
+        top_k=params.top_k,
         max_tokens=params.max_tokens,
         seed=params.seed,
         stop=list(params.stop) or None,
@@ -127,7 +126,7 @@ class LocalWorldModel(WorldModel):
 
         try:
             llm, prompt, answer = await anyio.to_thread.run_sync(encode, abandon_on_cancel=True)
-            sampling = sampling_params(params, answer)
+            sampling = sampling_params(llm, params, answer)
             pieces: list[str] = []
             finish, generated, last_report = None, 0, time.monotonic()
             # Deltas arrive on this event loop from the engine's step loop; cancelling this task cancels the

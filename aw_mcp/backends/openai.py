@@ -8,14 +8,30 @@ The answer is streamed (SSE) so the caller can report progress while the model t
 ``stream`` and answers with one JSON completion is accepted too. Thinking arrives in ``delta.reasoning_content``
 (SGLang, older vLLM) or ``delta.reasoning`` (newer vLLM), depending on the server's reasoning parser.
 
-A call with a constraint (a tool with an outputSchema) asks for it as vLLM and SGLang accept it: ``response_format =
-{"type": "json_schema", "json_schema": {"name", "schema", "strict": true}}``; the answer is then the bare JSON (a
-reasoning parser keeps the thinking free). Support is learnt once per backend: when a request carrying
-``response_format`` is refused with HTTP 400 or 422 and the same request without it succeeds, the server is taken
-not to support it when the error body names it (response_format, json_schema, guided, structured, grammar) or no
-constrained request has succeeded yet; one warning is logged and it is never sent again (validate-and-retry
-remains). When constrained requests had succeeded before, the refusal is taken to be about that one schema, which
-is then no longer sent (one warning per tool). A request refused again without it reports the second error.
+A call with a constraint (a tool with an outputSchema) is sent in the best form the server takes, tried in order:
+
+1. the framed answer grammar (aw_mcp/grammar_text.py `framed_grammar`: the trained `**Environment Observation:**`
+   frame, then the JSON indented as our engine writes it, or the plain-text `Error: ...` line), in the server's
+   own field: vLLM `structured_outputs: {"grammar": ...}` (`guided_grammar` before 0.10.2), SGLang `ebnf`,
+   llama.cpp's llama-server and llama-cpp-python's server `grammar` (GBNF). One text serves them all;
+2. the JSON Schema alone, `response_format = {"type": "json_schema", "json_schema": {"name", "schema", "strict":
+   true}}` (llama-cpp-python: `{"type": "json_object", "schema": ...}`, the only form it takes): the answer is then
+   bare JSON, without the frame;
+3. nothing: free text, validated afterwards (validate-and-retry).
+
+The grammar goes only to a server known to read its field: these servers ignore a field they do not know (vLLM
+since 0.12 takes the old `guided_grammar` with HTTP 200 and decodes unconstrained), so a success would prove nothing.
+The server is identified once per backend, on the first constrained call, by `GET /v1/models`: `owned_by` is
+"vllm", "sglang", "llamacpp" (llama-server) or "me" with a `permissions` list (llama-cpp-python); for vLLM,
+`GET /version` picks the field. Any other server (OpenAI itself, proxies, `aw-mcp engine serve`) starts at 2.
+
+What a server refuses is learnt once per backend: when a constrained request is refused with HTTP 400 or 422 and a
+lower form then succeeds, the server is taken not to take that form when the error body names it (response_format,
+json_schema, guided, structured, grammar, ebnf) or no request in that form has succeeded yet; one warning is
+logged and that form is never sent again. When requests in that form had succeeded before, the refusal is taken to
+be about that one tool, whose constraint is then sent in the next form only (one warning per tool). A server
+error (5xx) whose body names such a field is a refusal too, not retried: llama-cpp-python answers a
+`response_format` it cannot parse with HTTP 500. A request refused again in the last form reports that error.
 """
 
 from __future__ import annotations
@@ -35,6 +51,7 @@ import anyio
 import httpx
 
 from aw_mcp.backends.base import (
+    AnswerConstraint,
     BackendError,
     CallRef,
     ChatMessage,
@@ -43,14 +60,21 @@ from aw_mcp.backends.base import (
     ProgressCallback,
     WorldModel,
 )
+from aw_mcp.backends.local import ANSWER_INDENT
+from aw_mcp.grammar_text import NotExpressible, framed_grammar
 
 log = logging.getLogger(__name__)
 
 BODY_EXCERPT_CHARS = 500
-# An error body that names one of these blames the constraint (vLLM, SGLang, TGI and OpenAI wordings).
+# An error body that names one of these blames the constraint (vLLM, SGLang, llama.cpp, TGI and OpenAI wordings).
 _CONSTRAINT_WORDS = re.compile(
-    r"response_format|json_schema|guided|structured|grammar|xgrammar|outlines", re.I
+    r"response_format|json_schema|json_object|guided|structured|grammar|ebnf|xgrammar|outlines", re.I
 )
+# The request fields that carry a constraint, in every dialect below.
+_CONSTRAINT_FIELDS = frozenset({"response_format", "structured_outputs", "guided_grammar", "ebnf", "grammar"})
+# How a constraint is sent, best first (Generation.extra["constrained_as"] says which one an answer had).
+GRAMMAR, JSON_SCHEMA, UNCONSTRAINED = "grammar", "json_schema", "none"
+PROBE_TIMEOUT_S = 5.0  # identifying the server: a few small GETs, once
 MAX_CHECKED_BODY = 8000
 PROGRESS_INTERVAL_S = (
     0.25  # at most ~4 progress notifications per second; clients render them, not count them
@@ -97,6 +121,79 @@ def schema_name(tool: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", tool)[:64] or "observation"
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """How one kind of server takes a constraint."""
+
+    name: str  # for messages
+    grammar_field: tuple[str, ...] = ()  # where the grammar text goes in the request body; () = nowhere
+    json_object: bool = False  # the schema as response_format {"type": "json_object", "schema": ...}
+
+
+GENERIC = Dialect("an OpenAI-compatible server")
+DIALECTS = {
+    "openai": GENERIC,
+    "vllm": Dialect("vLLM", ("structured_outputs", "grammar")),
+    "vllm-guided": Dialect("vLLM before 0.10.2", ("guided_grammar",)),
+    "sglang": Dialect("SGLang", ("ebnf",)),
+    "llama.cpp": Dialect("llama.cpp's llama-server", ("grammar",)),
+    "llama-cpp-python": Dialect("llama-cpp-python's server", ("grammar",), json_object=True),
+}
+# vLLM takes the grammar as `structured_outputs.grammar` from 0.10.2 and as `guided_grammar` before (dropped in 0.12,
+# and then ignored). Before 0.8 none is sent: those versions could hand a grammar to outlines, which reads Lark.
+VLLM_STRUCTURED_OUTPUTS = (0, 10, 2)
+VLLM_XGRAMMAR = (0, 8, 0)
+
+
+def dialect_of(listing: Any, model: str) -> str | None:
+    """The dialect `GET /v1/models` reveals (its entry for `model`, or its only owner), or None: unknown."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    entries = [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
+    mine = [e for e in entries if e.get("id") == model] or entries
+    owners = {str(e.get("owned_by")) for e in mine}
+    if len(owners) != 1:
+        return None
+    owner = owners.pop()
+    if owner == "me" and all(isinstance(e.get("permissions"), list) for e in mine):
+        return "llama-cpp-python"  # its hard-coded listing: {"owned_by": "me", "permissions": []}
+    return {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}.get(owner)
+
+
+def vllm_dialect(version: Any) -> str:
+    """The vLLM dialect of a `GET /version` answer. An unknown version gets the current field: a vLLM recent
+    enough for the world model's architecture (Qwen3.5) takes it."""
+    text = version.get("version") if isinstance(version, dict) else None
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", text) if isinstance(text, str) else None
+    if found is None:
+        return "vllm"
+    release = tuple(int(part) for part in found.groups())
+    if release < VLLM_XGRAMMAR:
+        return "openai"
+    return "vllm-guided" if release < VLLM_STRUCTURED_OUTPUTS else "vllm"
+
+
+# What happens once a server refused a form of constraint: for every structured tool, or for one.
+_SERVER_FALLBACKS = {
+    GRAMMAR: "structured tools get their output schema alone instead (the answer loses the trained frame)",
+    JSON_SCHEMA: "falling back to validate-and-retry for every structured tool",
+}
+_TOOL_FALLBACKS = {
+    GRAMMAR: "sending that tool its output schema alone instead (the answer loses the trained frame)",
+    JSON_SCHEMA: "decoding that tool unconstrained, validated afterwards",
+}
+
+
+def _form_field(form: str, dialect: Dialect) -> str:
+    return ".".join(dialect.grammar_field) if form == GRAMMAR else "response_format"
+
+
+def _at_path(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """`{"a": {"b": value}}` for the path ("a", "b")."""
+    for key in reversed(path):
+        value = {key: value}
+    return value
+
+
 class _Retryable(Exception):
     """One attempt failed in a way a later attempt may not (overload, server error, dropped connection)."""
 
@@ -104,6 +201,15 @@ class _Retryable(Exception):
         super().__init__(reason)
         self.reason = reason
         self.retry_after_s = retry_after_s
+
+
+class _StreamError(_Retryable):
+    """The server reported an error inside a stream it had started with HTTP 200."""
+
+    def __init__(self, message: str, code: Any) -> None:
+        super().__init__(f"error in stream: {_excerpt(message)}")
+        self.message = message
+        self.code = code
 
 
 @dataclass
@@ -170,7 +276,10 @@ class OpenAIWorldModel(WorldModel):
         backoff_s: float = 0.5,
         http_client: httpx.AsyncClient | None = None,
         send_api_key: bool = True,
+        dialect: str | None = None,
     ) -> None:
+        """`dialect`: how the server takes constraints (a key of DIALECTS); None: found out on the first
+        constrained call."""
         self.base_url = base_url.rstrip("/")
         self._raw_url = f"{self.base_url}/chat/completions"
         self.url = redact_url(self._raw_url)  # what messages show
@@ -185,9 +294,21 @@ class OpenAIWorldModel(WorldModel):
         self.timeout = httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
         self._owns_client = http_client is None
         self._client = http_client if http_client is not None else httpx.AsyncClient(timeout=self.timeout)
-        # Does the server take response_format? None: not known yet; True: it took one; False: it refused it.
-        self.response_format_supported: bool | None = None
-        self._refused_tools: set[str] = set()  # tools whose schema alone was refused
+        if dialect is not None and dialect not in DIALECTS:
+            raise ValueError(f"unknown dialect {dialect!r}; known: {', '.join(DIALECTS)}")
+        self.dialect: Dialect | None = DIALECTS[dialect] if dialect is not None else None
+        self._identifying = anyio.Lock()
+        # Does the server take each form of constraint? None: not known yet; True: it took one; False: it refused it.
+        self.constraint_support: dict[str, bool | None] = {GRAMMAR: None, JSON_SCHEMA: None}
+        # Tools whose constraint alone the server refused in that form.
+        self._refused_tools: dict[str, set[str]] = {GRAMMAR: set(), JSON_SCHEMA: set()}
+        # Tools whose grammar text was reported (what it leaves to validation, or that it cannot be written).
+        self._noted_tools: set[str] = set()
+
+    @property
+    def response_format_supported(self) -> bool | None:
+        """Whether the server takes the JSON Schema as response_format (None: not known yet)."""
+        return self.constraint_support[JSON_SCHEMA]
 
     def request_body(self, messages: list[ChatMessage], params: GenerationParams) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -210,24 +331,10 @@ class OpenAIWorldModel(WorldModel):
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
-        constraint = params.constraint
-        if (
-            constraint is not None
-            and self.response_format_supported is not False
-            and constraint.name not in self._refused_tools
-        ):
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": schema_name(constraint.name),
-                    "schema": constraint.json_schema,
-                    "strict": True,
-                },
-            }
         return body
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream, application/json"}
+    def _headers(self, accept: str = "text/event-stream, application/json") -> dict[str, str]:
+        headers = {"Accept": accept}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
@@ -241,48 +348,149 @@ class OpenAIWorldModel(WorldModel):
     ) -> Generation:
         body = self.request_body(messages, params)
         deadline = time.monotonic() + self.timeout_s
-        try:
-            generation = await self._generate(body, on_progress, deadline)
-        except _Rejected as rejection:
-            if "response_format" not in body or not self._may_blame_constraint(rejection):
-                raise
-            plain = {key: value for key, value in body.items() if key != "response_format"}
-            generation = await self._generate(plain, on_progress, deadline)  # a second refusal is reported
-            self._constraint_refused(params, rejection)
+        constraint = params.constraint
+        if constraint is None:
+            return await self._generate(body, on_progress, deadline)
+        dialect = await self._server_dialect()
+        refusals: list[tuple[str, _Rejected]] = []
+        for form, fields in self._constraint_forms(constraint, dialect):
+            try:
+                generation = await self._generate({**body, **fields}, on_progress, deadline)
+            except _Rejected as rejection:
+                if not self._may_blame_constraint(form, rejection):
+                    raise
+                refusals.append((form, rejection))
+                continue
+            self._learn(constraint, dialect, refusals)
+            self.constraint_support[form] = True
+            generation.extra["constrained_as"] = form
             return generation
-        if "response_format" in body:
-            self.response_format_supported = True
+        generation = await self._generate(body, on_progress, deadline)  # a refusal here too is reported
+        self._learn(constraint, dialect, refusals)
+        generation.extra["constrained_as"] = UNCONSTRAINED
         return generation
 
-    def _may_blame_constraint(self, rejection: _Rejected) -> bool:
+    # --- the constraint: which server, which forms -----------------------------------------------------------------
+
+    async def _server_dialect(self) -> Dialect:
+        """The server's dialect, identified once (a server that cannot be reached is asked again next time)."""
+        if self.dialect is None:
+            async with self._identifying:
+                if self.dialect is None:
+                    self.dialect = await self._identify()
+                    if self.dialect is not None:
+                        log.info("world model server %s is %s", self.url, self.dialect.name)
+        return self.dialect or GENERIC
+
+    async def _identify(self) -> Dialect | None:
+        try:
+            key = dialect_of(await self._get_json(f"{self.base_url}/models"), self.model)
+            if key == "vllm":
+                key = vllm_dialect(await self._get_json(f"{self.base_url.removesuffix('/v1')}/version"))
+        except httpx.TransportError as error:
+            log.debug(
+                "could not identify world model server %s: %s",
+                self.url,
+                redact_text(str(error), self._raw_url),
+            )
+            return None
+        return DIALECTS[key or "openai"]
+
+    async def _get_json(self, url: str) -> Any:
+        """What a GET of `url` answers as JSON, or None (another status, or not JSON)."""
+        response = await self._client.get(
+            url, headers=self._headers("application/json"), timeout=min(PROBE_TIMEOUT_S, self.timeout_s)
+        )
+        if response.status_code != 200:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    def _constraint_forms(
+        self, constraint: AnswerConstraint, dialect: Dialect
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The request fields of each form this server may take the constraint in, best first."""
+        forms = []
+        if dialect.grammar_field and self._may_send(GRAMMAR, constraint):
+            grammar = self._grammar_text(constraint)
+            if grammar is not None:
+                forms.append((GRAMMAR, _at_path(dialect.grammar_field, grammar)))
+        if self._may_send(JSON_SCHEMA, constraint):
+            if dialect.json_object:
+                response_format = {"type": "json_object", "schema": constraint.json_schema}
+            else:
+                named = {
+                    "name": schema_name(constraint.name),
+                    "schema": constraint.json_schema,
+                    "strict": True,
+                }
+                response_format = {"type": "json_schema", "json_schema": named}
+            forms.append((JSON_SCHEMA, {"response_format": response_format}))
+        return forms
+
+    def _may_send(self, form: str, constraint: AnswerConstraint) -> bool:
+        return self.constraint_support[form] is not False and constraint.name not in self._refused_tools[form]
+
+    def _grammar_text(self, constraint: AnswerConstraint) -> str | None:
+        """The framed answer's grammar, or None when the schema cannot be written as one (reported once per
+        tool, as is what the grammar leaves to validation)."""
+        first_time = constraint.name not in self._noted_tools
+        self._noted_tools.add(constraint.name)
+        try:
+            grammar = framed_grammar(constraint, ANSWER_INDENT)
+        except NotExpressible as why:
+            if first_time:
+                log.info(
+                    "the output schema of %s cannot be written as a grammar (%s); sending it as JSON Schema",
+                    constraint.name,
+                    why,
+                )
+            return None
+        if first_time and grammar.loosened:
+            log.info(
+                "the answer grammar of %s leaves to validation: %s",
+                constraint.name,
+                "; ".join(grammar.loosened),
+            )
+        return grammar.text
+
+    def _may_blame_constraint(self, form: str, rejection: _Rejected) -> bool:
+        named = bool(_CONSTRAINT_WORDS.search(rejection.body))
+        if rejection.status >= 500:
+            return named  # only a server error naming the constraint is a refusal (_raise_for_status)
         if rejection.status not in (400, 422):
             return False
-        return self.response_format_supported is None or bool(_CONSTRAINT_WORDS.search(rejection.body))
+        return self.constraint_support[form] is None or named
 
-    def _constraint_refused(self, params: GenerationParams, rejection: _Rejected) -> None:
-        """The request went through without response_format after a refusal with it: remember, warn once."""
-        named = bool(_CONSTRAINT_WORDS.search(rejection.body))
-        if self.response_format_supported is True and named and params.constraint is not None:
-            tool = params.constraint.name
-            if tool not in self._refused_tools:
-                self._refused_tools.add(tool)
+    def _learn(
+        self, constraint: AnswerConstraint, dialect: Dialect, refusals: list[tuple[str, _Rejected]]
+    ) -> None:
+        """A request went through after these refusals: remember each, warn once."""
+        for form, rejection in refusals:
+            named = bool(_CONSTRAINT_WORDS.search(rejection.body))
+            if self.constraint_support[form] is True and named:
+                if constraint.name not in self._refused_tools[form]:
+                    self._refused_tools[form].add(constraint.name)
+                    log.warning(
+                        "world model server %s refused the constraint of %s as %s (%s); %s",
+                        self.url,
+                        constraint.name,
+                        _form_field(form, dialect),
+                        _excerpt(rejection.body),
+                        _TOOL_FALLBACKS[form],
+                    )
+            elif self.constraint_support[form] is not False:
+                self.constraint_support[form] = False
                 log.warning(
-                    "world model server %s refused the output schema of %s as response_format (%s); decoding "
-                    "that tool unconstrained, validated afterwards",
+                    "world model server %s does not accept %s (HTTP %d: %s); %s",
                     self.url,
-                    tool,
+                    _form_field(form, dialect),
+                    rejection.status,
                     _excerpt(rejection.body),
+                    _SERVER_FALLBACKS[form],
                 )
-            return
-        if self.response_format_supported is not False:
-            self.response_format_supported = False
-            log.warning(
-                "world model server %s does not accept response_format (HTTP %d: %s); falling back to "
-                "validate-and-retry for every structured tool",
-                self.url,
-                rejection.status,
-                _excerpt(rejection.body),
-            )
 
     async def _generate(
         self, body: dict[str, Any], on_progress: ProgressCallback | None, deadline: float
@@ -332,17 +540,25 @@ class OpenAIWorldModel(WorldModel):
         return base * (0.5 + random.random() / 2)
 
     async def _attempt(self, body: dict[str, Any], on_progress: ProgressCallback | None) -> Generation:
+        constrained = not _CONSTRAINT_FIELDS.isdisjoint(body)
         try:
             async with self._client.stream(
                 "POST", self._raw_url, json=body, headers=self._headers(), timeout=self.timeout
             ) as response:
                 if response.status_code != 200:
-                    await self._raise_for_status(response)
+                    await self._raise_for_status(response, constrained)
                 content_type = response.headers.get("content-type", "")
                 if "text/event-stream" in content_type:
                     acc = await self._read_stream(response.aiter_lines(), on_progress)
                 else:
                     acc = self._read_whole(await response.aread())
+        except _StreamError as error:
+            # SGLang answers a grammar it cannot compile with HTTP 200 and then an error chunk: a refusal as well.
+            if constrained and _CONSTRAINT_WORDS.search(error.message):
+                status = error.code if isinstance(error.code, int) and 400 <= error.code < 600 else 400
+                rejected = f"world model server {self.url} rejected the request: {error.reason}"
+                raise _Rejected(rejected, status, error.message[:MAX_CHECKED_BODY]) from None
+            raise
         except httpx.UnsupportedProtocol as error:
             detail = redact_text(str(error), self._raw_url)
             raise BackendError(f"world model URL {self.url} is not usable: {detail}") from None
@@ -359,12 +575,15 @@ class OpenAIWorldModel(WorldModel):
             completion_tokens=acc.completion_tokens,
         )
 
-    async def _raise_for_status(self, response: httpx.Response) -> None:
+    async def _raise_for_status(self, response: httpx.Response, constrained: bool) -> None:
         status = response.status_code
         text = (await response.aread()).decode("utf-8", errors="replace")
         excerpt = _excerpt(text)
         reason = f"HTTP {status}: {excerpt or '(empty body)'}"
-        if status == 429 or status >= 500:
+        # A server error that names the constraint is the server failing on it every time (llama-cpp-python answers
+        # a response_format it cannot parse with HTTP 500): a refusal, like a 400.
+        blames_constraint = constrained and bool(_CONSTRAINT_WORDS.search(text[:MAX_CHECKED_BODY]))
+        if status == 429 or (status >= 500 and not blames_constraint):
             raise _Retryable(reason, _retry_after_seconds(response.headers.get("retry-after")))
         # Other 4xx (bad request, auth, unknown model) will fail the same way every time.
         raise _Rejected(
@@ -397,10 +616,10 @@ class OpenAIWorldModel(WorldModel):
     def _apply_chunk(self, chunk: Any, acc: _Accumulator) -> None:
         if not isinstance(chunk, dict):
             raise _Retryable(f"unexpected stream chunk {_excerpt(json.dumps(chunk))}")
-        if "error" in chunk:  # vLLM reports failures after the 200 header as an error chunk
+        if "error" in chunk:  # vLLM and SGLang report failures after the 200 header as an error chunk
             error = chunk["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
-            raise _Retryable(f"error in stream: {_excerpt(str(message))}")
+            raise _StreamError(str(message), error.get("code") if isinstance(error, dict) else None)
         acc.add_usage(chunk.get("usage"))
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):

@@ -22,7 +22,7 @@ from aw_mcp.backends.resolve import open_backend, resolve_backend
 from aw_mcp.bench import Loaded, finished_keys, load_samples, model_output, read_results, table
 from aw_mcp.commands.judge import judge_one
 from aw_mcp.errors import UsageError
-from aw_mcp.judging import judge_system_prompt, judge_user_message
+from aw_mcp.judging import CLOSING, judge_system_prompt, load_closing, sample_judge_user_message
 from aw_mcp.templates import prompt_dir
 from aw_mcp.world import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, ModelSettings
 
@@ -44,6 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     judge.add_argument(
         "--prompts", metavar="DIR", help="judge prompts laid out like prompts/ (default: bundled)"
     )
+    judge.add_argument(
+        "--judge-closing",
+        metavar="FILE",
+        help="the judge message's closing request, read verbatim (e.g. eval.py's own paragraph, for its exact "
+        "bytes; default: ours, same structure)",
+    )
     parser.add_argument("-o", "--output", help="result lines (default: DATA.results.jsonl)")
     parser.add_argument(
         "-j", "--concurrency", type=int, default=4, help="samples in flight at once (default 4)"
@@ -57,6 +63,7 @@ async def _one(
     judge: WorldModel,
     params: GenerationParams,
     judge_systems: dict[str, str],
+    closing: str = CLOSING,
 ) -> dict[str, Any]:
     sample = item.sample
     result: dict[str, Any] = {
@@ -73,7 +80,7 @@ async def _one(
     result["output"] = output
     if not output:
         return {**result, "judgement": None, "error": "the world model returned no observation"}
-    user = judge_user_message(sample.context, sample.current_turn, output, sample.ground_truth)
+    user = sample_judge_user_message(sample, generation.text, closing)
     judgement, raw = await judge_one(judge, judge_systems[sample.domain], user)
     return {
         **result,
@@ -91,6 +98,7 @@ async def _bench(args: argparse.Namespace) -> int:
     done = finished_keys(output)
     pending = [s for s in samples if s.key not in done]
     prompts = prompt_dir(args.prompts, None, None)
+    closing = load_closing(args.judge_closing)
     judge_systems = {
         d: judge_system_prompt(prompts.load(d, "judge_system_prompt"), None)
         for d in {s.sample.domain for s in samples}
@@ -114,7 +122,7 @@ async def _bench(args: argparse.Namespace) -> int:
 
             async def worker(item: Loaded) -> None:
                 async with limiter:
-                    result = await _one(item, world, judge, params, judge_systems)
+                    result = await _one(item, world, judge, params, judge_systems, closing)
                 async with lock:
                     out.write(json.dumps(result, ensure_ascii=False) + "\n")
                     out.flush()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +25,19 @@ from aw_mcp.judging import (
     JUDGE_ATTEMPTS,
     JUDGE_PARAMS,
     judge_messages,
+    judge_output,
     judge_system_prompt,
     judge_user_message,
+    load_closing,
     normalized,
     parse_judgement,
     world_reference,
 )
-from aw_mcp.prompting import render_observation_turn, render_user_turn
+from aw_mcp.prompting import Turn
 from aw_mcp.records import CallRecord, TrajectoryFormatError, read_trajectory
 from aw_mcp.report import judge_path, write_report
 from aw_mcp.templates import prompt_dir
+from aw_mcp.transcript import Transcript
 from aw_mcp.world import WorldSpec, load_world
 
 
@@ -52,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--world", help="the world file (default: the bundled world named in the trajectory)")
     parser.add_argument("--prompts", metavar="DIR", help="prompt templates laid out like prompts/")
+    parser.add_argument(
+        "--judge-closing",
+        metavar="FILE",
+        help="the judge message's closing request, read verbatim (default: ours, in eval.py's structure)",
+    )
     parser.add_argument("-o", "--output", help="HTML report to write (default: TRAJECTORY with .html)")
     parser.set_defaults(func=run)
 
@@ -92,24 +101,26 @@ def judge_jobs(world: WorldSpec, records: list[CallRecord]) -> list[dict[str, An
     for record in records:
         sessions.setdefault(str(record.session), []).append(record)
     for session, calls in sessions.items():
-        history: list[tuple[str, str]] = []
+        transcript = Transcript(world)  # the turns as the world model saw them (screens, numbers)
         for record in sorted(calls, key=lambda r: r.index):
             observation = record.truth or record.observation
             if observation is None or record.error is not None:
                 continue
-            prompt = render_user_turn(world, len(history) + 1, record.tool, record.arguments)
+            shown = transcript.prompt("", record.tool, record.arguments).messages
             jobs.append(
                 {
                     "session": session,
                     "index": record.index,
                     "tool": record.tool,
-                    "context": list(history),
-                    "prompt": prompt,
-                    "output": str(record.observation),
+                    "context": [(user["content"], reply["content"]) for user, reply in pairwise(shown[1:-1])],
+                    "prompt": shown[-1]["content"],
+                    # The world model's own answer, extracted as eval.py extracts it (its fences and layout kept);
+                    # the parsed observation only when no raw answer was recorded.
+                    "output": judge_output(record.raw) if record.raw is not None else str(record.observation),
                 }
             )
             if record.in_history:
-                history.append((prompt, render_observation_turn(world, record.tool, observation)))
+                transcript.append(Turn(record.tool, record.arguments, observation))
     return jobs
 
 
@@ -136,6 +147,7 @@ async def _judge(args: argparse.Namespace) -> int:
     template = prompt_dir(args.prompts, world.prompts, world_path).load(world.domain, "judge_system_prompt")
     reference = load_reference(args.reference) if args.reference else None
     system = judge_system_prompt(template, world_reference(world))
+    closing = load_closing(args.judge_closing)
     out_path = judge_path(args.trajectory)
     done = set()
     if out_path.exists():
@@ -155,7 +167,7 @@ async def _judge(args: argparse.Namespace) -> int:
                 truth = None
                 if reference is not None:
                     truth = reference.get((job["session"], job["index"]), reference.get((None, job["index"])))
-                user = judge_user_message(job["context"], job["prompt"], job["output"], truth)
+                user = judge_user_message(job["context"], job["prompt"], job["output"], truth, closing)
                 judgement, raw = await judge_one(judge, system, user)
                 entry = {
                     "session": job["session"],

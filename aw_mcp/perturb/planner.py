@@ -151,7 +151,12 @@ class Planner:
             if not p.match.matches(tool, arguments):
                 continue
             counts[p.name] += 1
-            outcomes = [failed for t, a, failed in history if p.match.matches(t, a)]
+            # Only a circuit breaker reads earlier outcomes: do not walk the session for the others.
+            outcomes = (
+                [failed for t, a, failed in history if p.match.matches(t, a)]
+                if isinstance(p.schedule, CircuitBreaker)
+                else []
+            )
             firing = decide(self.seed, p, counts[p.name], tool, arguments, outcomes)
             if firing is not None:
                 fired.append(firing)

@@ -43,12 +43,8 @@ def test_generate_returns_generation(backend: LocalWorldModel) -> None:
     assert first.completion_tokens and first.completion_tokens <= 30 and first.prompt_tokens
     assert progress[-1] == (first.completion_tokens, "done")
     llm = backend._llm
-    raw = llm.chat(CHAT, _sampling(params))[0].outputs[0].text
+    raw = llm.chat(CHAT, sampling_params(llm, params))[0].outputs[0].text
     assert first.reasoning == raw.partition("</think>")[0].strip()
-
-
-def _sampling(params: GenerationParams):
-    return sampling_params(params)
 
 
 def test_cancellation_stops_the_decode_loop(backend: LocalWorldModel) -> None:
