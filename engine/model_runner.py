@@ -14,7 +14,7 @@ from engine.output_processor import OutputProcessor
 from engine.sampling import apply_repetition_penalty, sample_token
 from engine.scheduler import PrefillChunk
 from engine.sequence import Sequence
-from engine.structured import mask_logits
+from engine.structured import answer_pending, mask_logits, mask_stop_tokens
 
 
 class ModelRunner:
@@ -40,6 +40,8 @@ class ModelRunner:
             pad_slot_id=cache.pad_slot,
             batch_sizes=[s for s in DEFAULT_BATCH_SIZES if s < num_slots] + [num_slots],
         )
+        # The engine's end tokens (masked while a constrained answer waits for the thinking), on the device.
+        self._stop_ids: tuple[tuple[int, ...], torch.Tensor] | None = None
 
     def prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
         """All chunks packed into one forward; fp32 logits [N, vocab] of each chunk's last token."""
@@ -78,15 +80,19 @@ class ModelRunner:
     ) -> list[int]:
         """The next token of every sequence: greedy rows take one batched argmax (a single host read-back for the
         whole step), sampled rows their own seeded sampler; an exhausted thinking budget forces `</think>`; rows
-        with an active grammar constraint are masked first, rows with a repetition penalty penalized first (greedy
-        ones too, as in vLLM)."""
+        with an active grammar constraint are masked first, rows whose constrained answer waits for the thinking
+        to end have their stop tokens masked, rows with a repetition penalty penalized first (greedy ones too, as
+        in vLLM)."""
         constrained = [i for i, s in enumerate(seqs) if s.constraint is not None and s.constraint.active]
+        pending = [i for i, s in enumerate(seqs) if answer_pending(s.constraint)]
         penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
         if constrained or penalized:  # after the model (and its CUDA graph): capture is untouched
             # Rows must be contiguous for the bitmask kernel (CPU decode logits can be a transposed view).
             logits = logits.contiguous()
         if constrained:
             mask_logits(logits, constrained, [seqs[i].constraint for i in constrained])
+        if pending:
+            self._mask_stops(logits, [seqs[i] for i in pending], pending, processor)
         for i in penalized:
             seen = _seen_tokens(seqs[i], logits.shape[-1], logits.device)
             apply_repetition_penalty(logits[i], seen, seqs[i].params.repetition_penalty)
@@ -102,6 +108,24 @@ class ModelRunner:
                 tokens.append(sample_token(logits[i], seq.params, seq.generator))
         return tokens
 
+    def _mask_stops(
+        self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int], processor: OutputProcessor
+    ) -> None:
+        """Mask the end tokens of `rows` (their constrained answer has not started: ending now would leave it
+        empty, so the thinking may end only through `</think>`): the engine's end tokens for all of them in one
+        indexed write, a request's own `stop_token_ids` row by row. The indices go up without a read-back."""
+        vocab = logits.shape[-1]
+        eos_rows = [row for row, seq in zip(rows, seqs, strict=True) if not seq.params.ignore_eos]
+        if eos_rows and processor.stop_ids:
+            key = tuple(sorted(t for t in processor.stop_ids if t < vocab))
+            if self._stop_ids is None or self._stop_ids[0] != key:
+                self._stop_ids = key, torch.tensor(key, dtype=torch.int64, device=logits.device)
+            mask_stop_tokens(logits, _indices(eos_rows, logits.device), self._stop_ids[1])
+        for row, seq in zip(rows, seqs, strict=True):
+            own = [t for t in seq.params.stop_token_ids if 0 <= t < vocab]
+            if own:
+                mask_stop_tokens(logits, _indices([row], logits.device), _indices(own, logits.device))
+
     def _static_decode_step(
         self, input_ids: torch.Tensor, positions: torch.Tensor, slot_ids: torch.Tensor
     ) -> torch.Tensor:
@@ -113,6 +137,14 @@ class ModelRunner:
         if self.emittable < logits.shape[-1]:
             logits[:, self.emittable :] = float("-inf")
         return logits
+
+
+def _indices(values: list[int], device: torch.device) -> torch.Tensor:
+    """int64 indices on `device`; to a GPU through pinned memory, without waiting for the copy (no host sync)."""
+    indices = torch.tensor(values, dtype=torch.int64)
+    if device.type == "cuda":
+        return indices.pin_memory().to(device, non_blocking=True)
+    return indices.to(device)
 
 
 def _seen_tokens(seq: Sequence, vocab: int, device: torch.device) -> torch.Tensor:

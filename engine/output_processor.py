@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from engine.reasoning import THINK_END, THINK_START
 from engine.sequence import Sequence, StreamDelta
+from engine.structured import answer_pending
 
 
 class OutputProcessor:
@@ -58,11 +59,16 @@ class OutputProcessor:
         if grammar_done:  # the grammar took its end token: the answer is complete
             seq.finish_reason = "stop"
             return
+        if constraint is not None and token == self.think_end and constraint.answer_start is None:
+            constraint.answer_start = len(seq.text)  # the text so far is the thinking
 
         stop_strings = params.stop_strings
-        if stop_strings:
-            # Only text around the new piece can hold a stop string that was not there before.
+        if stop_strings and not answer_pending(constraint):
+            # Only text around the new piece can hold a stop string that was not there before (and, for a
+            # constrained answer after thinking, only the answer's text: the thinking is not searched).
             window = max(0, checked - max(len(s) for s in stop_strings) + 1)
+            if constraint is not None and constraint.answer_start is not None:
+                window = max(window, constraint.answer_start)
             hits = [i for s in stop_strings if (i := seq.text.find(s, window)) != -1]
             if hits:
                 seq.text = seq.text[: min(hits)]

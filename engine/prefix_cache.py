@@ -10,7 +10,9 @@ and prefills only the rest; restored == recomputed (the tests hold it to fp32 ro
 Where to snapshot: chat prompts end in the generation prompt (`<|im_start|>assistant\\n...`), and call k of a
 multi-turn session repeats call k-1's prompt up to (not including) that generation prompt, then adds the
 observation and the next action. So the position of the last `<|im_start|>` is the snapshot point that every
-following call hits; no session id is needed. Prompts without one snapshot at their last token but one.
+following call hits; no session id is needed. The one before it (the start of the last user turn) is kept too: a
+world shows per-step notes in the current turn only, so the next call's copy of that turn differs, and it restores
+everything before it instead. Prompts without one snapshot at their last token but one.
 
 Bounded by bytes, least recently used first out. A snapshot is a copy (one device memcpy of the prefix's KV,
 ~0.2 ms per 10k tokens on an H200), so restoring never aliases a slot that keeps decoding."""
@@ -70,16 +72,21 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._snapshots)
 
-    def snapshot_point(self, ids: list[int], already: int = 0) -> int | None:
-        """Where to keep the state of a prompt: before its last `<|im_start|>` (the generation prompt) when it has
-        one, else before its last token. None when that point is not past `already` (a restored prefix)."""
-        point = len(ids) - 1
+    def snapshot_points(self, ids: list[int], already: int = 0) -> list[int]:
+        """Where to keep the state of a prompt, ascending: before its last two `<|im_start|>` (the last user turn
+        and the generation prompt) when it has them, else before its last token; only points past `already` (a
+        restored prefix). The earlier point matters when the next call renders the last user turn differently
+        (a world's per-step notes are shown once, not kept in the history): that call still restores everything
+        before it."""
+        starts = []
         if self.generation_start_id is not None:
             for i in range(len(ids) - 1, -1, -1):
                 if ids[i] == self.generation_start_id:
-                    point = i
-                    break
-        return point if already < point < len(ids) else None
+                    starts.append(i)
+                    if len(starts) == 2:
+                        break
+        points = sorted(starts) if starts else [len(ids) - 1]
+        return [p for p in points if already < p < len(ids)]
 
     def lookup(self, ids: list[int]) -> Snapshot | None:
         """The longest snapshot whose tokens start `ids`, leaving at least one token to prefill (its logits)."""

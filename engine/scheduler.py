@@ -80,6 +80,7 @@ class Scheduler:
             seq.num_cached += chunk.length
             if self.prefix_cache is not None and seq.num_cached == seq.snapshot_at:
                 self.prefix_cache.save(seq.prompt_ids[: seq.snapshot_at], seq.slot)
+                seq.snapshot_at = seq.later_snapshots.pop(0) if seq.later_snapshots else None
         for seq in plan.decodes:
             seq.num_cached += 1
 
@@ -101,5 +102,6 @@ class Scheduler:
                 snapshot = self.prefix_cache.lookup(seq.prompt_ids)
                 if snapshot is not None:
                     seq.num_cached = seq.num_prefix_hit = self.prefix_cache.restore(snapshot, seq.slot)
-                seq.snapshot_at = self.prefix_cache.snapshot_point(seq.prompt_ids, seq.num_cached)
+                points = self.prefix_cache.snapshot_points(seq.prompt_ids, seq.num_cached)
+                seq.snapshot_at, seq.later_snapshots = (points[0], points[1:]) if points else (None, [])
             self.running.append(seq)

@@ -45,7 +45,8 @@ class Sequence:
     in_thinking: bool
     stop: StopCheck = None
     sink: OutputSink | None = None  # where the loop hands deltas; a queue's put by default
-    snapshot_at: int | None = None  # prompt position whose cache state the prefix cache keeps
+    snapshot_at: int | None = None  # the next prompt position whose cache state the prefix cache keeps
+    later_snapshots: list[int] = field(default_factory=list)  # the ones after it, ascending
     constraint: Constraint | None = None  # schema-constrained answer (engine/structured.py)
     arrival: int = field(default_factory=lambda: next(_arrivals))
     arrival_time: float = field(default_factory=time.monotonic)

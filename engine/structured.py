@@ -5,8 +5,10 @@ xgrammar (the grammar engine vLLM and SGLang use) compiles a JSON Schema into a 
 here by the schema's canonical JSON) and, per request, a matcher that fills a token bitmask for the next step and
 accepts the sampled token. The mask is applied to that row's logits right before sampling — after the model (and
 after a CUDA graph's replay), so capture is untouched — and rows without a schema are never touched. While the
-request is thinking (its prompt left `<think>` open and `</think>` has not come) it generates freely; the thinking
-budget still forces `</think>`, and the constraint starts with the next token.
+request is thinking (its prompt left `<think>` open and `</think>` has not come) it generates freely, except that it
+cannot stop: its stop tokens are masked (`mask_stop_tokens`) and stop strings are not looked for in its thinking, so
+the thinking ends only through `</think>` (which the thinking budget forces), and the constraint starts with the next
+token; from then on the grammar decides, and it allows an end token only once the answer is complete.
 
 An `AnswerFormat` frames the JSON in text: a fixed prefix (a trained answer marker), the JSON value (pretty-printed
 with `indent` when set, as the trained observations are), or instead one line matching a regex (a plain-text error),
@@ -187,6 +189,7 @@ class Constraint:
         self._forbidden = forbidden_tokens
         self._ends_in_ed, self._tails = utf8_guard if utf8_guard is not None else (None, None)
         self.after_ed = False  # the last accepted token ended in 0xED: a surrogate tail must not follow
+        self.answer_start: int | None = None  # where the answer's text starts after the thinking (`</think>`)
 
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         """Write this request's allowed-next-token bits into row `row` of a batch bitmask."""
@@ -211,6 +214,13 @@ class Constraint:
         return self.matcher.is_terminated()
 
 
+def answer_pending(constraint: Constraint | None) -> bool:
+    """A constrained answer that waits for the thinking to end: until `</think>` its request may not stop (its stop
+    tokens are masked, `mask_stop_tokens`; stop strings are not looked for in the thinking), or it would end with
+    no answer."""
+    return constraint is not None and not constraint.active
+
+
 def mask_logits(logits: torch.Tensor, rows: list[int], constraints: list[Constraint]) -> None:
     """Apply the constraints of `rows` to a step's contiguous logits [N, vocab] in place: one bitmask for the
     batch, one apply call, then the always-forbidden tokens."""
@@ -228,3 +238,9 @@ def mask_logits(logits: torch.Tensor, rows: list[int], constraints: list[Constra
             tails = constraint.surrogate_tails_on(logits.device)
             if tails is not None:
                 logits[row].masked_fill_(tails[: logits.shape[-1]], float("-inf"))
+
+
+def mask_stop_tokens(logits: torch.Tensor, rows: torch.Tensor, stop_ids: torch.Tensor) -> None:
+    """Bar `stop_ids` (int64 [S]) in the rows `rows` (int64 [R]) of a step's logits [N, vocab], in place: one
+    indexed write for the batch, on the logits' device (both index tensors already there: no read-back)."""
+    logits[rows.unsqueeze(1), stop_ids.unsqueeze(0)] = float("-inf")

@@ -310,6 +310,27 @@ def test_multi_turn_chat_reuses_the_previous_call(hybrid_llm: LLM) -> None:
         no_cache.shutdown()
 
 
+def test_a_call_whose_last_turn_is_rendered_anew_restores_everything_before_it(hybrid_llm: LLM) -> None:
+    """A world shows per-step notes in the current turn only: the next call repeats that turn without them, so the
+    snapshot before the generation prompt does not match; the one before the last user turn does."""
+    llm = hybrid_llm
+    params = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+    head = [*CHAT[:-1], {"role": "user", "content": "Action: read /etc/hosts"}]
+    first = [*head[:-1], {"role": "user", "content": "Action: read /etc/hosts\nNotes: the disk is full."}]
+    llm.chat(first, params)
+    following = [
+        *head,
+        {"role": "assistant", "content": "Environment Observation: 127.0.0.1 localhost"},
+        {"role": "user", "content": "Action: read /etc/hostname"},
+    ]
+    second = llm.chat(following, params)[0]
+    first_ids = llm.encode(llm.render_chat(first))
+    start = llm.processor.token_id("<|im_start|>")
+    last_user = sorted(i for i, t in enumerate(first_ids) if t == start)[-2]
+    assert second.num_cached_tokens == last_user
+    assert second.prompt_token_ids[:last_user] == first_ids[:last_user]
+
+
 def test_prefix_cache_is_bounded_and_evicts_least_recently_used(hybrid_llm: LLM) -> None:
     cache = hybrid_llm.cache
 
