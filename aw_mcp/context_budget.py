@@ -53,8 +53,10 @@ def clip_value(value: Any, limit: int = HISTORY_STRING_CHARS) -> Any:
     return root
 
 
-def estimate_tokens(messages: Sequence[ChatMessage]) -> int:
-    chars = sum(len(m["content"]) for m in messages)
+def estimate_tokens(messages: Sequence[ChatMessage], chars: int | None = None) -> int:
+    """`chars`: the messages' total content length when the caller keeps it (transcript.py), else counted."""
+    if chars is None:
+        chars = sum(len(m["content"]) for m in messages)
     return int(chars / CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * len(messages)
 
 

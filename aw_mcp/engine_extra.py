@@ -20,6 +20,12 @@ ENGINE_PACKAGES = {
     "huggingface_hub": "huggingface_hub",
 }
 INSTALL_HINT = "pip install 'agentworld-mcp[engine]' (in a checkout: pip install -e '.[engine]')"
+# Said before the install command, so nobody downloads the engine for a machine that cannot run the model.
+HARDWARE = (
+    "It runs the model on one GPU with about 75 GiB of memory (the default model's bf16 weights and cache: an "
+    "H100/H200 80 GB-class card), or on a 24 GB card from a GGUF file (Q4_K_M at a 32k context: --model FILE.gguf)"
+)
+INSTALL_SIZE = "about 3 GB of wheels, 5.7 GB installed (torch with its CUDA libraries)"
 
 
 class EngineNotInstalledError(UserError):
@@ -36,6 +42,6 @@ def require_engine(purpose: str) -> None:
     if missing:
         raise EngineNotInstalledError(
             f"{purpose} needs the embedded engine, which is not installed (missing: {', '.join(missing)}). "
-            f"Install it with: {INSTALL_HINT}. Without it, point at a vLLM/SGLang server with --base-url "
-            "http://HOST:PORT/v1, or try `aw-mcp demo` (no model at all)."
+            f"{HARDWARE}; on such a machine install it with: {INSTALL_HINT}; {INSTALL_SIZE}. Without it, point at "
+            "a vLLM/SGLang server with --base-url http://HOST:PORT/v1, or try `aw-mcp demo` (no model at all)."
         )

@@ -110,6 +110,11 @@ class Ledger:
         self._seen = 0
         self._entries: list[tuple[int, int, str]] = []  # (call index, order within the call, entry)
 
+    def copy(self) -> Ledger:
+        twin = Ledger(self.include_writes)
+        twin._seen, twin._entries = self._seen, list(self._entries)
+        return twin
+
     def notes(self, records: Sequence[CallRecord], tool_of: Callable[[str], ToolSpec | None]) -> list[str]:
         for record in records[self._seen :]:
             for order, entry in enumerate(record_entries(record, tool_of, self.include_writes)):

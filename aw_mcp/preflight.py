@@ -3,6 +3,9 @@ with the ways out, instead of a failure at the agent's first call.
 
 - `openai`: the server at `--base-url` must answer `GET {base_url}/models` (vLLM, SGLang and `aw-mcp engine serve`
   all do); an unreachable server or a refused API key is an error. A model list without `--model` is a warning.
+  AW_API_KEY goes with it by the rule calls follow (backends/resolve.py `sends_api_key`): not to a URL that came
+  from the world file unless `--trust-world-backend`. Messages show the URL without its credentials, and read at most
+  PREFLIGHT_BODY_BYTES of the answer.
 - `local`: the engine extra must be installed, and the model must fit: a CUDA GPU with enough memory for its weights
   (estimated from the checkpoint's files before anything is downloaded), or a small checkpoint that runs on a CPU.
 - `replay`: the recording is read when the backend opens, so there is nothing left to check.
@@ -12,6 +15,7 @@ with the ways out, instead of a failure at the agent's first call.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -19,13 +23,16 @@ from typing import Any
 
 import httpx
 
-from aw_mcp.backends.resolve import DEFAULT_MODEL, BackendChoice
+from aw_mcp.backends.resolve import DEFAULT_MODEL, BackendChoice, sends_api_key
 from aw_mcp.engine_extra import require_engine
 from aw_mcp.errors import ServeError
+from aw_mcp.redaction import redact_secrets, redact_text, redact_url
 
 log = logging.getLogger(__name__)
 
 PREFLIGHT_TIMEOUT_S = 5.0
+# A model list; a longer answer is not read further (the server is up all the same).
+PREFLIGHT_BODY_BYTES = 1024 * 1024
 GIB = 1024**3
 # What the default model's weights take in bf16 (35B parameters; vision and MTP tensors are not loaded), for when
 # neither the hub cache nor the hub can tell us.
@@ -58,39 +65,66 @@ def server_ways_out(model: str) -> str:
 
 
 def check_openai(
-    base_url: str, model: str, api_key: str | None = None, timeout_s: float = PREFLIGHT_TIMEOUT_S
+    base_url: str,
+    model: str,
+    api_key: str | None = None,
+    timeout_s: float = PREFLIGHT_TIMEOUT_S,
+    withheld_key: bool = False,
 ) -> None:
+    """`api_key`: sent as a bearer token; the caller decides whether this URL may have it (`preflight` does).
+    `withheld_key`: AW_API_KEY is set but not for this URL (a refusal then says why)."""
     url = f"{base_url.rstrip('/')}/models"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    shown = redact_url(base_url)  # `http://user:pw@host` is shown as `http://***@host`
+    headers = {"Accept-Encoding": "identity"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     try:
-        response = httpx.get(url, headers=headers, timeout=timeout_s)
+        with httpx.stream("GET", url, headers=headers, timeout=timeout_s) as response:
+            status = response.status_code
+            body = _head(response, PREFLIGHT_BODY_BYTES) if status == 200 else b""
     except httpx.HTTPError as exc:
-        reason = str(exc) or type(exc).__name__
+        reason = redact_secrets(redact_text(str(exc) or type(exc).__name__, base_url))
         raise PreflightError(
-            f"cannot reach the model server at {base_url} ({type(exc).__name__}: {reason}). {server_ways_out(model)}"
+            f"cannot reach the model server at {shown} ({type(exc).__name__}: {reason}). {server_ways_out(model)}"
         ) from None
-    if response.status_code in (401, 403):
+    if status in (401, 403):
         raise PreflightError(
-            f"the model server at {base_url} refused the request (HTTP {response.status_code}): set AW_API_KEY to "
-            "the key it expects"
+            f"the model server at {shown} refused the request (HTTP {status}): "
+            + (
+                "AW_API_KEY was not sent to it, as its URL comes from the world file; pass --base-url, set "
+                "AW_BASE_URL, or --trust-world-backend"
+                if withheld_key
+                else "set AW_API_KEY to the key it expects"
+            )
         )
-    if response.status_code != 200:
-        log.debug("preflight: %s answered %s; the server is up", url, response.status_code)
+    if status != 200:
+        log.debug("preflight: %s answered %s; the server is up", redact_url(url), status)
         return
-    served = served_models(response)
+    served = served_models(body)
     if served and model not in served:
         log.warning(
             "the model server at %s serves %s, not %r: pass --model %s (calls naming another model will fail)",
-            base_url,
+            shown,
             ", ".join(served),
             model,
             served[0],
         )
 
 
-def served_models(response: httpx.Response) -> list[str]:
+def _head(response: httpx.Response, limit: int) -> bytes:
+    """The body, or b"" when it is longer than `limit` (not read further)."""
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            return b""
+    return bytes(body)
+
+
+def served_models(body: bytes | httpx.Response) -> list[str]:
     try:
-        data = response.json().get("data")
+        raw = body.content if isinstance(body, httpx.Response) else body
+        data = json.loads(raw).get("data")
     except (ValueError, AttributeError):
         return []
     if not isinstance(data, list):
@@ -222,10 +256,15 @@ def check_gguf(model: str, device: str | None, cuda: Any, max_model_len: int | N
         )
 
 
-def preflight(choice: BackendChoice) -> None:
-    """Raise PreflightError when the backend cannot answer calls."""
+def preflight(choice: BackendChoice, trust_world_backend: bool = False) -> None:
+    """Raise PreflightError when the backend cannot answer calls. AW_API_KEY goes to the server only where calls
+    send it too (`trust_world_backend`: as `--trust-world-backend`, for a URL from the world file)."""
     if choice.backend == "openai":
         assert choice.base_url is not None
-        check_openai(choice.base_url, choice.model, os.environ.get("AW_API_KEY") or None)
+        key = os.environ.get("AW_API_KEY") or None
+        send = sends_api_key(choice, trust_world_backend)
+        check_openai(
+            choice.base_url, choice.model, key if send else None, withheld_key=bool(key) and not send
+        )
     elif choice.backend == "local":
         check_local(choice.model, choice.device, max_model_len=choice.max_model_len)

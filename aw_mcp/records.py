@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 
 from aw_mcp.errors import UserError
 from aw_mcp.jsonl import validation_problems
+from aw_mcp.private_files import open_private
+from aw_mcp.redaction import redact_secrets
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,13 @@ class _Line(BaseModel):
         return json.dumps(self.to_json(), ensure_ascii=False, default=str)
 
 
+class ForkPoint(BaseModel):
+    """Where a forked session came from: it inherited `session`'s calls before index `call` (0-based)."""
+
+    session: str
+    call: int
+
+
 class CallRecord(_Line):
     """One line of the trajectory: everything needed to audit, report on or replay one tool call.
 
@@ -116,6 +125,8 @@ class CallRecord(_Line):
     notice: str | None = None
     # Earliest turns left out of this call's prompt to fit the model's context (0: the whole history was shown).
     compacted: int = 0
+    # A call of a forked session: the parent session and the fork point (calls before it are the parent's lines).
+    forked_from: ForkPoint | None = None
 
     @field_validator("faults", mode="before")
     @classmethod
@@ -155,15 +166,15 @@ class TrajectoryWriter:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Owner-only: arguments and observations may hold whatever the agent and the world model wrote.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = os.fdopen(fd, "a", encoding="utf-8")
+        # Owner-only, an existing file too: arguments and observations may hold whatever the agent and the world
+        # model wrote (aw_mcp/private_files.py).
+        self._file = open_private(self.path, "a")
         self._lock = threading.Lock()
 
     def write(self, record: TrajectoryLine) -> None:
-        """Blocking (fsync): from async code call `await anyio.to_thread.run_sync(writer.write, record)`."""
-        line = record.to_line()
+        """Blocking (fsync): from async code call `await anyio.to_thread.run_sync(writer.write, record)`.
+        The API key never reaches the file, wherever a server echoed it (aw_mcp/redaction.py)."""
+        line = redact_secrets(record.to_line())
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()

@@ -1,30 +1,45 @@
 """A trajectory's report: a short text summary and a self-contained HTML page (inline SVG, no external assets), with
-the robustness scorecard (aw_mcp/scorecard.py) of what the agent did about each fault."""
+the robustness scorecard (aw_mcp/scorecard.py) of what the agent did about each fault.
+
+The page is rendered by Jinja2 from report_templates/report.html.j2 with autoescaping on, so everything a trajectory
+holds (arguments, observations, names the world file chose) is escaped by the template engine, never by hand. This
+module computes what is shown (figures, chart geometry, cut texts); the template only lays it out.
+"""
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from aw_mcp.private_files import write_private_text
 from aw_mcp.records import CallRecord, FaultEntry, TrajectoryLine, read_lines
 from aw_mcp.scorecard import (
     CHECKS,
     OUTCOMES,
-    Reaction,
     Rules,
     Scorecard,
+    SessionNode,
     fails_a_check,
+    fork_families,
     score,
     scorecard_text,
+    walk,
 )
 
-_OK, _ERROR, _FAULT = "#3b7dd8", "#d83b3b", "#e0a030"
+if TYPE_CHECKING:
+    import jinja2
+    from markupsafe import Markup
+
+
+# Blue: ok; red: an error (whatever caused it, an injected 503 too); a fault that fired rings the mark in amber.
+COLOURS = {"ok": "#3b7dd8", "error": "#d83b3b", "fault": "#e08a00"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,7 @@ class FiredFault:
     index: int
     tool: str
     entry: FaultEntry
+    session: str = "default"
 
 
 @dataclass
@@ -49,6 +65,13 @@ class Summary:
     )  # `aw-mcp judge` results, one per judged call
     lines: list[TrajectoryLine] = field(default_factory=list)  # calls and tools/list lines, in file order
     warnings: list[str] = field(default_factory=list)  # lines left out (a torn last line)
+    families: list[SessionNode] = field(
+        default_factory=list
+    )  # sessions as fork trees (scorecard.fork_families)
+
+    @property
+    def forked(self) -> bool:
+        return any(node.children for node in self.families)
 
     def judge_sessions(self) -> dict[str, tuple[int, float]]:
         """session -> (judged calls, mean 1-5 score) over the calls the judge scored."""
@@ -102,11 +125,13 @@ def summarize(path: str | Path) -> Summary:
         str(path), calls, sorted({str(c.session) for c in calls}), lines=lines, warnings=warnings
     )
     summary.judgements = read_judgements(path)
+    summary.families = fork_families(lines)
     for call in calls:
         summary.per_tool[call.tool] += 1
         if call.is_error or call.error:
             summary.errors_per_tool[call.tool] += 1
-        summary.faults += [FiredFault(call.index, call.tool, fault) for fault in call.faults]
+        session = call.session or "default"
+        summary.faults += [FiredFault(call.index, call.tool, fault, session) for fault in call.faults]
     return summary
 
 
@@ -124,6 +149,31 @@ def scorecard_of(summaries: list[Summary], rules: Rules | None = None) -> Scorec
     return score([(s.path, s.lines) for s in summaries], rules, warnings)
 
 
+def faults_fired_text(fired: int, without_effect: int) -> str:
+    """How many faults fired, counted one way everywhere (the text summary, `aw-mcp demo`'s world://faults line):
+    every firing, with those that had no effect (another fault already answered the call) said apart."""
+    if not fired:
+        return "faults fired: 0 (none)"
+    if not without_effect:
+        return f"faults fired: {fired}"
+    return f"faults fired: {fired} ({fired - without_effect} applied, {without_effect} without effect)"
+
+
+def family_lines(families: Iterable[SessionNode]) -> list[str]:
+    """One line per fork family that has forks: the root, then each fork and where it forked."""
+    lines = []
+    for root in families:
+        if not root.children:
+            continue
+        forks = [
+            f"{node.session} (forked from {node.forked_from.session} at call {node.forked_from.call})"
+            for node in walk(root.children)
+            if node.forked_from is not None
+        ]
+        lines.append(f"fork family of session {root.session}: " + ", ".join(forks))
+    return lines
+
+
 def text_summary(summary: Summary, card: Scorecard | None = None) -> str:
     """The trajectory in a few lines; with faults fired, its robustness scorecard follows."""
     n = len(summary.calls)
@@ -132,6 +182,7 @@ def text_summary(summary: Summary, card: Scorecard | None = None) -> str:
         f"{summary.path}: {n} call(s) in {len(summary.sessions)} session(s), {len(summary.per_tool)} tool(s), "
         f"{summary.errors} error(s)" + (f" ({summary.errors / n:.0%})" if n else ""),
     ]
+    lines += family_lines(summary.families)
     notices = Counter(c.notice for c in summary.calls if c.notice)
     for notice, count in notices.items():  # answers that are not the world model's (the demo backend)
         lines.append(f"NOTE: {count} call(s): {notice}")
@@ -141,8 +192,7 @@ def text_summary(summary: Summary, card: Scorecard | None = None) -> str:
         )
         lines.append("calls per tool: " + ", ".join(f"{t} {c}" for t, c in summary.per_tool.most_common()))
     fired = summary.fired_by_name()
-    applied = sum(a for _, a, _ in fired.values())
-    lines.append(f"faults fired: {applied}" + (" (none)" if not fired else ""))
+    lines.append(faults_fired_text(len(summary.faults), sum(s for _, _, s in fired.values())))
     for name, (kind, count, skipped) in fired.items():
         extra = f", {skipped} without effect" if skipped else ""
         lines.append(f"  {name} [{kind}]: {count}{extra}")
@@ -159,352 +209,269 @@ def text_summary(summary: Summary, card: Scorecard | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# SVG pictures
+# what the page shows: chart geometry and cut texts (the template lays them out)
 # ---------------------------------------------------------------------------------------------------------------
 
-
-def _svg(width: int, height: int, body: list[str], label: str) -> str:
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(label)}">'
-        + "".join(body)
-        + "</svg>"
-    )
+OBSERVATION_CHARS = 200  # longer observations show this much in the Calls table and open in full
+ARGUMENT_CHARS = 300
 
 
-def histogram_svg(latencies: list[float], bins: int = 20, width: int = 640, height: int = 220) -> str:
-    """Calls per latency bin (linear bins from 0 to the slowest call)."""
-    left, bottom, top = 40, 30, 10
-    plot_w, plot_h = width - left - 10, height - bottom - top
-    body = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
+def nice_step(span: float, ticks: int = 5) -> float:
+    """A round step (1, 2 or 5 times a power of ten) that cuts `span` into at most about `ticks` parts."""
+    if span <= 0:
+        return 1.0
+    raw = span / ticks
+    magnitude = 10 ** math.floor(math.log10(raw))
+    return next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+
+
+def tick_label(value: float) -> str:
+    return f"{round(value, 6):g}"
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters at a word boundary, with an ellipsis; whole when it fits."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = max(head.rfind(" "), head.rfind("\n"))
+    if space >= limit // 2:
+        head = head[:space]
+    return head.rstrip() + "…"
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float  # pixel position along its axis
+    label: str
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    title: str
+
+
+@dataclass
+class Histogram:
+    width: int
+    height: int
+    left: int
+    top: int
+    plot_w: int
+    plot_h: int
+    bars: list[Bar]
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+    empty: bool = False
+
+    @property
+    def bottom(self) -> int:
+        return self.top + self.plot_h
+
+    @property
+    def right(self) -> int:
+        return self.left + self.plot_w
+
+
+def histogram(latencies: list[float], bins: int = 20, width: int = 640, height: int = 240) -> Histogram:
+    """Calls per latency bin: linear bins from 0 to a round value past the slowest call, round ticks on both axes
+    (calls are counted in whole numbers)."""
+    left, right, top, bottom = 60, 16, 12, 48
+    plot_w, plot_h = width - left - right, height - top - bottom
+    chart = Histogram(width, height, left, top, plot_w, plot_h, [], [], [], empty=not latencies)
     if not latencies:
-        body.append(f'<text x="{left}" y="{height // 2}" font-size="12">no calls</text>')
-        return _svg(width, height, body, "latency histogram (empty)")
-    high = max(max(latencies), 1.0)
+        return chart
+    slowest = max(max(latencies), 1.0)
+    x_step = nice_step(slowest)
+    x_max = x_step * math.ceil(slowest / x_step - 1e-9)
     counts = [0] * bins
     for value in latencies:
-        counts[min(bins - 1, int(value / high * bins))] += 1
-    peak = max(counts)
+        counts[min(bins - 1, int(value / x_max * bins))] += 1
+    y_step = max(1, int(nice_step(max(counts))))
+    y_max = y_step * math.ceil(max(counts) / y_step)
     bar_w = plot_w / bins
     for i, count in enumerate(counts):
-        h = plot_h * count / peak
-        x, y = left + i * bar_w, top + plot_h - h
-        title = f"{high * i / bins:.0f}–{high * (i + 1) / bins:.0f} ms: {count} call(s)"
-        body.append(
-            f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 1:.1f}" height="{h:.1f}" fill="{_OK}">'
-            f"<title>{html.escape(title)}</title></rect>"
-        )
-    axis_y = top + plot_h
-    body.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="#333"/>')
-    body.append(f'<text x="{left}" y="{axis_y + 16}" font-size="11">0 ms</text>')
-    body.append(
-        f'<text x="{left + plot_w}" y="{axis_y + 16}" font-size="11" text-anchor="end">{high:.0f} ms</text>'
-    )
-    body.append(f'<text x="4" y="{top + 10}" font-size="11">{peak}</text>')
-    return _svg(width, height, body, "latency histogram")
+        h = plot_h * count / y_max
+        low, high = x_max * i / bins, x_max * (i + 1) / bins
+        title = f"{tick_label(round(low, 3))}–{tick_label(round(high, 3))} ms: {count} call(s)"
+        chart.bars.append(Bar(left + i * bar_w, top + plot_h - h, max(bar_w - 1, 0.5), h, title))
+    chart.x_ticks = [
+        Tick(left + plot_w * k * x_step / x_max, tick_label(k * x_step))
+        for k in range(round(x_max / x_step) + 1)
+    ]
+    chart.y_ticks = [
+        Tick(top + plot_h - plot_h * k * y_step / y_max, str(k * y_step)) for k in range(y_max // y_step + 1)
+    ]
+    return chart
 
 
-def timeline_svg(calls: list[CallRecord], width: int = 900) -> str:
-    """One row per tool, one mark per call in call order: blue ok, red error, amber when a fault fired."""
+@dataclass(frozen=True)
+class Mark:
+    x: float
+    y: float
+    r: float
+    outcome: str  # ok | error
+    fault: bool  # a fault fired on this call (the amber ring)
+    title: str
+
+
+@dataclass
+class Timeline:
+    width: int
+    height: int
+    left: int
+    plot_w: int
+    rows: list[tuple[str, float]]  # tool, y
+    marks: list[Mark]
+    axis_y: float
+
+
+def timeline(calls: list[CallRecord], width: int = 900) -> Timeline:
+    """One row per tool, one mark per call in call order: blue ok, red error (an injected 503 is an error too),
+    ringed in amber when a fault fired on the call."""
     tools = list(dict.fromkeys(c.tool for c in calls))
-    row_h, left, top = 22, 170, 10
-    height = top + row_h * max(1, len(tools)) + 30
-    plot_w = width - left - 10
-    body = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
-    for r, tool in enumerate(tools):
-        y = top + r * row_h + row_h / 2
-        body.append(
-            f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{html.escape(tool)}</text>'
-        )
-        body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#eee"/>')
+    row_h, left, top = 24, 170, 10
+    height = top + row_h * max(1, len(tools)) + 32
+    plot_w = width - left - 16
     step = plot_w / max(1, len(calls))
+    marks = []
     for i, call in enumerate(calls):
         fired = call.applied_faults()
         failed = bool(call.is_error or call.error)
-        colour = _FAULT if fired else (_ERROR if failed else _OK)
-        x = left + (i + 0.5) * step
-        y = top + tools.index(call.tool) * row_h + row_h / 2
-        title = f"call {call.index}: {call.tool} {call.latency_ms:.0f} ms"
+        title = f"call {call.index}: {call.tool}, {call.latency_ms:.0f} ms, {'error' if failed else 'ok'}"
+        if call.session and len({c.session for c in calls}) > 1:
+            title = f"session {call.session}, {title}"
         if fired:
-            title += " — " + ", ".join(f"{f.name} ({f.kind})" for f in fired)
-        if failed:
-            title += " — error"
-        body.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{min(6.0, max(2.0, step / 2.5)):.1f}" fill="{colour}">'
-            f"<title>{html.escape(title)}</title></circle>"
-        )
-    axis_y = top + row_h * max(1, len(tools)) + 14
-    body.append(f'<text x="{left}" y="{axis_y}" font-size="11">first call</text>')
-    body.append(f'<text x="{left + plot_w}" y="{axis_y}" font-size="11" text-anchor="end">last call</text>')
-    return _svg(width, height, body, "timeline of calls")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# HTML
-# ---------------------------------------------------------------------------------------------------------------
-
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1000px}
-table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
-th{background:#f4f4f4}code,pre{font-size:12px}pre{white-space:pre-wrap;background:#f8f8f8;padding:6px}
-.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px;border-radius:5px}
-"""
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def _judge_table(summary: Summary) -> str:
-    if not summary.judgements:
-        return "<p>Not judged (run <code>aw-mcp judge</code>).</p>"
-    esc = html.escape
-    rows = []
-    for entry in summary.judgements:
-        judgement = entry.get("judgement")
-        if judgement is None:
-            rows.append(
-                [
-                    esc(str(entry["session"])),
-                    str(entry["index"] + 1),
-                    esc(str(entry.get("tool"))),
-                    "no scores",
-                ]
-                + [""] * 8
+            title += "; fault: " + ", ".join(f"{f.name} ({f.kind})" for f in fired)
+        marks.append(
+            Mark(
+                x=left + (i + 0.5) * step,
+                y=top + tools.index(call.tool) * row_h + row_h / 2,
+                r=min(6.0, max(2.5, step / 2.5)),
+                outcome="error" if failed else "ok",
+                fault=bool(fired),
+                title=title,
             )
-            continue
-        scores = judgement["scores"]
-        rows.append(
-            [
-                esc(str(entry["session"])),
-                str(entry["index"] + 1),
-                esc(str(entry.get("tool"))),
-                f"{judgement['score']:.1f}",
-                f"{judgement['mean']:.2f}",
-            ]
-            + [str(scores.get(d, "")) for d in ("format", "factuality", "consistency", "realism", "quality")]
-            + [esc(str(entry.get("against", ""))), esc("; ".join(judgement.get("weaknesses") or []))[:1000]]
         )
-    sessions = [
-        [esc(s), str(n), f"{(m - 1) / 4 * 100:.2f}", f"{m:.2f}"]
-        for s, (n, m) in summary.judge_sessions().items()
-    ]
-    return _table(["session", "judged calls", "score (0-100)", "mean (1-5)"], sessions) + _table(
-        [
-            "session",
-            "call",
-            "tool",
-            "score",
-            "mean",
-            "format",
-            "factuality",
-            "consistency",
-            "realism",
-            "quality",
-            "against",
-            "weaknesses",
-        ],
-        rows,
-    )
+    rows = [(tool, top + r * row_h + row_h / 2) for r, tool in enumerate(tools)]
+    return Timeline(width, height, left, plot_w, rows, marks, top + row_h * max(1, len(tools)) + 16)
+
+
+def fault_details(entry: FaultEntry) -> list[tuple[str, str]]:
+    """A fault entry's fields for a person: `applied: no`, `status: 503`, nested values as compact JSON."""
+    out = []
+    for key, value in entry.to_json().items():
+        if key in ("name", "kind", "ground_truth"):
+            continue
+        if isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, str):
+            text = value
+        else:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        out.append((key, text))
+    return out
 
 
 def call_anchor(session: str, index: int) -> str:
     return f"call-{re.sub(r'[^A-Za-z0-9_-]', '_', session)}-{index}"
 
 
-def _call_link(session: str, index: int, linked: bool) -> str:
-    return f'<a href="#{call_anchor(session, index)}">{index}</a>' if linked else str(index)
+# ---------------------------------------------------------------------------------------------------------------
+# HTML
+# ---------------------------------------------------------------------------------------------------------------
+
+_TEMPLATES = Path(__file__).resolve().parent / "report_templates"
 
 
-def _calls_table(summary: Summary) -> str:
-    """Every call with an anchor, so the scorecard's verdicts can point at the calls they rest on."""
-    esc = html.escape
-    rows = []
-    for call in summary.calls:
-        arguments = json.dumps(call.arguments, ensure_ascii=False, default=str)
-        seen = (call.observation or call.error or "").strip()
-        outcome = "error" if call.is_error or call.error else "ok"
-        rows.append(
-            f'<tr id="{call_anchor(str(call.session), call.index)}">'
-            + "".join(
-                f"<td>{cell}</td>"
-                for cell in (
-                    esc(str(call.session)),
-                    str(call.index),
-                    esc(call.time),
-                    esc(call.tool),
-                    f"<code>{esc(arguments[:300])}</code>",
-                    outcome,
-                    esc(", ".join(f.name for f in call.applied_faults())),
-                    f"{call.latency_ms:.0f}",
-                    f"<code>{esc(seen[:200])}</code>",
-                )
-            )
-            + "</tr>"
-        )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("session", "call", "time", "tool", "arguments", "result", "faults", "ms", "observation")
+@cache
+def _environment() -> jinja2.Environment:
+    import jinja2  # on first use: every command imports this module, and only the HTML needs Jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=True,  # every value is escaped unless the template marks it safe
+        undefined=jinja2.StrictUndefined,  # a misspelt name is an error, not an empty cell
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    env.filters["cut"] = cut
+    env.filters["oneline"] = lambda text: " ".join(str(text).split())
+    env.filters["clock"] = lambda time: time.partition("T")[2].rstrip("Z") or time  # the date is in the title
+    env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, default=str)
+    env.globals.update(
+        anchor=call_anchor,
+        colours=COLOURS,
+        checks=CHECKS,
+        outcomes=OUTCOMES,
+        fails_a_check=fails_a_check,
+        fault_details=fault_details,
+        OBSERVATION_CHARS=OBSERVATION_CHARS,
+        ARGUMENT_CHARS=ARGUMENT_CHARS,
+    )
+    return env
 
 
-_FAULT_COLUMNS = ["session", "call", "tool", "perturbation", "kind"]
+def _macros() -> Any:
+    return _environment().get_template("macros.html.j2").module
 
 
-def scorecard_html(card: Scorecard, link_calls: bool = True) -> str:
+def histogram_svg(latencies: list[float], bins: int = 20, width: int = 640, height: int = 240) -> Markup:
+    """The latency histogram as inline SVG."""
+    return _macros().histogram_svg(histogram(latencies, bins, width, height))
+
+
+def timeline_svg(calls: list[CallRecord], width: int = 900) -> Markup:
+    """The timeline of calls as inline SVG."""
+    return _macros().timeline_svg(timeline(calls, width))
+
+
+def scorecard_html(card: Scorecard, link_calls: bool = True) -> Markup:
     """A summary per category, then a table per category with one row per graded fault."""
-    esc = html.escape
-    if not card.reactions and not card.not_graded:
-        return "<p>No fault fired, so there is nothing to grade.</p>"
-    parts = []
-    several = len(card.trajectories) > 1
-    summary_rows = []
-    for category, total in card.summary.items():
-        summary_rows.append(
-            [
-                esc(category),
-                str(total.total),
-                "; ".join(f"{esc(o)} {total.outcomes[o]} ({total.rates[o]:.0%})" for o in OUTCOMES[category]),
-            ]
-        )
-    parts.append(_table(["category", "graded", "outcomes"], summary_rows))
-    failing = {name: count for name, count in card.checks.items() if count}
-    if failing:
-        parts.append(
-            "<p>Checks that would fail <code>--fail-on</code>: "
-            + ", ".join(f"<b>{esc(n)}</b> {c} ({esc(CHECKS[n].means)})" for n, c in failing.items())
-            + "</p>"
-        )
-    for category in card.summary:
-        rows = []
-        for r in (r for r in card.reactions if r.category == category):
-            rows.append(_reaction_row(r, link_calls and not several, several))
-        header = (["trajectory"] if several else []) + [*_FAULT_COLUMNS, "outcome", "why", "later calls"]
-        parts.append(f"<h3>{esc(category)}</h3>" + _table(header, rows))
-    if card.not_graded:
-        rows = [
-            ([esc(n.trajectory)] if several else [])
-            + [
-                esc(n.session),
-                _call_link(n.session, n.call, link_calls and not several),
-                esc(n.tool),
-                esc(n.fault),
-                esc(n.kind),
-                esc(n.reason),
-            ]
-            for n in card.not_graded
-        ]
-        header = (["trajectory"] if several else []) + [*_FAULT_COLUMNS, "why"]
-        parts.append("<h3>Not graded</h3>" + _table(header, rows))
-    return "\n".join(parts)
-
-
-def _reaction_row(r: Reaction, linked: bool, several: bool) -> list[str]:
-    esc = html.escape
-    outcome = f'<b style="color:{_ERROR}">{esc(r.outcome)}</b>' if fails_a_check(r) else esc(r.outcome)
-    return ([esc(r.trajectory)] if several else []) + [
-        esc(r.session),
-        _call_link(r.session, r.call, linked),
-        esc(r.tool),
-        esc(r.fault),
-        esc(r.kind),
-        outcome,
-        esc(r.detail),
-        ", ".join(_call_link(r.session, i, linked) for i in r.calls),
-    ]
-
-
-def aggregate_html(summaries: list[Summary], card: Scorecard) -> str:
-    """Several trajectories: each one's summary, then the scorecard over all of them."""
-    esc = html.escape
-    body = [f"<h2>{esc(s.path)}</h2><pre>{esc(text_summary(s))}</pre>" for s in summaries]
-    return _page(
-        "aw-mcp scorecard: " + ", ".join(s.path for s in summaries),
-        [
-            "<h1>Robustness scorecard</h1>",
-            f"<pre>{esc(scorecard_text(card))}</pre>",
-            scorecard_html(card, link_calls=False),
-            *body,
-        ],
-    )
-
-
-def _page(title: str, body: list[str]) -> str:
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
-            *body,
-            "</body></html>",
-        ]
-    )
+    return _macros().scorecard(card, link_calls)
 
 
 def html_report(summary: Summary, card: Scorecard | None = None) -> str:
     card = card or scorecard_of([summary])
-    esc = html.escape
-    tool_rows = [
-        [esc(tool), str(count), str(summary.errors_per_tool.get(tool, 0))]
-        for tool, count in summary.per_tool.most_common()
-    ]
-    fired_rows = [
-        [esc(name), esc(kind), str(applied), str(skipped)]
-        for name, (kind, applied, skipped) in summary.fired_by_name().items()
-    ]
-    fault_rows = []
-    for f in summary.faults:
-        details = {k: v for k, v in f.entry.to_json().items() if k not in ("name", "kind", "ground_truth")}
-        truth = f.entry.ground_truth
-        fault_rows.append(
-            [
-                str(f.index),
-                esc(f.tool),
-                esc(f.entry.name),
-                esc(f.entry.kind),
-                f"<code>{esc(str(details))}</code>",
-                f"<pre>{esc(str(truth)[:2000])}</pre>" if truth is not None else "",
-            ]
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            title=f"aw-mcp report: {summary.path}",
+            summary=summary,
+            card=card,
+            text=text_summary(summary, card),
+            histogram=histogram(summary.latencies),
+            timeline=timeline(summary.calls),
+            # what most calls' answers are labelled with (the demo backend's notice): said once above the Calls table,
+            # and on a row only when that call's differs (a demo answer replayed for other arguments)
+            common_notice=Counter(c.notice for c in summary.calls if c.notice).most_common(1)[0][0]
+            if any(c.notice for c in summary.calls)
+            else None,
         )
-    legend = (
-        f'<p class="legend"><span style="background:{_OK}"></span>ok'
-        f'<span style="background:{_ERROR}"></span>error<span style="background:{_FAULT}"></span>fault fired</p>'
     )
-    return _page(
-        f"aw-mcp report: {summary.path}",
-        [
-            f"<h1>Trajectory report</h1><p><code>{esc(summary.path)}</code></p>",
-            f"<pre>{esc(text_summary(summary, card))}</pre>",
-            "<h2>Calls per tool</h2>",
-            _table(["tool", "calls", "errors"], tool_rows),
-            "<h2>Faults fired</h2>",
-            _table(["perturbation", "kind", "applied", "without effect"], fired_rows)
-            if fired_rows
-            else "<p>No perturbation fired.</p>",
-            "<h2>Latency</h2>",
-            histogram_svg(summary.latencies),
-            "<h2>Timeline</h2>",
-            legend,
-            timeline_svg(summary.calls),
-            "<h2>Judge scores</h2>",
-            _judge_table(summary),
-            "<h2>Robustness scorecard</h2>",
-            "<p>What the agent did about each fault that fired (rules: the README's robustness scorecard).</p>",
-            scorecard_html(card),
-            "<h2>Every fault</h2>",
-            _table(["call", "tool", "perturbation", "kind", "details", "ground truth"], fault_rows)
-            if fault_rows
-            else "<p>None.</p>",
-            "<h2>Calls</h2>",
-            _calls_table(summary),
-        ],
+
+
+def aggregate_html(summaries: list[Summary], card: Scorecard) -> str:
+    """Several trajectories: the scorecard over all of them, then each one's summary."""
+    return (
+        _environment()
+        .get_template("aggregate.html.j2")
+        .render(
+            summaries=[(s, text_summary(s)) for s in summaries],
+            card=card,
+            card_text=scorecard_text(card),
+            title="aw-mcp scorecard: " + ", ".join(s.path for s in summaries),
+        )
     )
 
 
 def write_report(trajectory: str | Path, output: str | Path, rules: Rules | None = None) -> Summary:
     summary = summarize(trajectory)
-    Path(output).write_text(html_report(summary, scorecard_of([summary], rules)), encoding="utf-8")
+    write_private_text(output, html_report(summary, scorecard_of([summary], rules)))  # it quotes calls: 0600
     return summary

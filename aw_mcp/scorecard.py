@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field
 
 from aw_mcp.errors import UsageError
 from aw_mcp.perturb.spec import ExpectCall
-from aw_mcp.records import CallRecord, FaultEntry, ListingRecord, TrajectoryLine, read_lines
+from aw_mcp.records import CallRecord, FaultEntry, ForkPoint, ListingRecord, TrajectoryLine, read_lines
 
 SCORECARD_VERSION = 1
 
@@ -115,8 +115,16 @@ class SessionInfo(BaseModel):
     trajectory: str
     session: str
     world: str | None
-    calls: int
+    calls: int = Field(description="calls of its own (a fork's inherited calls are its parent's)")
     faults_fired: int
+    forked_from: ForkPoint | None = Field(
+        default=None, description="a fork: the parent session, and the call index it forked at"
+    )
+    family: str = Field(
+        default="",
+        description="the root session of its fork family (itself when not a fork); sessions are listed "
+        "family by family, each root followed by its forks, depth first",
+    )
 
 
 class Scorecard(BaseModel):
@@ -470,7 +478,78 @@ def _sessions(trajectory: str, lines: Iterable[TrajectoryLine]) -> list[_Session
             session.calls.append(line)
     for session in by_id.values():
         session.calls.sort(key=lambda c: c.index)
-    return list(by_id.values())
+    order = {node.session: n for n, node in enumerate(walk(fork_families(lines)))}
+    return sorted(by_id.values(), key=lambda s: order.get(s.id, len(order)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fork families
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SessionNode:
+    """A session of a trajectory in its fork family: the forks made from it are its children."""
+
+    session: str
+    calls: int = 0  # its own calls (a fork's inherited ones are its parent's lines)
+    forked_from: ForkPoint | None = None
+    children: list[SessionNode] = field(default_factory=list)
+    depth: int = 0  # 0 for a root
+    root: str = ""  # the family's root session
+
+
+def fork_families(lines: Iterable[TrajectoryLine]) -> list[SessionNode]:
+    """The trajectory's sessions as trees: each root (a session that is no fork of a session in this trajectory),
+    in order of first appearance, with its forks under it by fork point, then appearance (depth first).
+
+    A call record of a forked session carries `forked_from` (records.ForkPoint); a fork of a session that is not
+    in the trajectory (forked from a resumed one) is a root that still says where it came from."""
+    nodes: dict[str, SessionNode] = {}
+    for line in lines:
+        key = line.session or "default"
+        node = nodes.setdefault(key, SessionNode(key))
+        if isinstance(line, CallRecord):
+            node.calls += 1
+            if node.forked_from is None and line.forked_from is not None:
+                node.forked_from = line.forked_from
+    roots: list[SessionNode] = []
+    for node in nodes.values():
+        parent = node.forked_from.session if node.forked_from is not None else None
+        if parent in nodes and parent != node.session and not _descends(nodes, parent, node.session):
+            nodes[parent].children.append(node)
+        else:
+            roots.append(node)
+    for root in roots:
+        _settle(root, root.session, 0)
+    return roots
+
+
+def _descends(nodes: dict[str, SessionNode], session: str, ancestor: str) -> bool:
+    """Whether `session` is `ancestor` or a fork of it, following forked_from (a hand-made cycle stops)."""
+    seen: set[str] = set()
+    current: str | None = session
+    while current is not None and current not in seen:
+        if current == ancestor:
+            return True
+        seen.add(current)
+        point = nodes[current].forked_from if current in nodes else None
+        current = point.session if point is not None else None
+    return False
+
+
+def _settle(node: SessionNode, root: str, depth: int) -> None:
+    node.root, node.depth = root, depth
+    node.children.sort(key=lambda c: c.forked_from.call if c.forked_from is not None else 0)  # stable
+    for child in node.children:
+        _settle(child, root, depth + 1)
+
+
+def walk(roots: Iterable[SessionNode]) -> Iterator[SessionNode]:
+    """Every node, depth first: a root, then its forks (each followed by its own)."""
+    for node in roots:
+        yield node
+        yield from walk(node.children)
 
 
 def _summaries(reactions: Iterable[Reaction]) -> dict[str, CategorySummary]:
@@ -499,6 +578,7 @@ def score(
     not_graded: list[NotGraded] = []
     infos: list[SessionInfo] = []
     for name, lines in runs:
+        families = {node.session: node for node in walk(fork_families(lines))}
         for session in _sessions(name, lines):
             grader = _Grader(session, rules)
             fired = 0
@@ -524,6 +604,7 @@ def score(
                                 reason=reason,
                             )
                         )
+            node = families.get(session.id)
             infos.append(
                 SessionInfo(
                     trajectory=name,
@@ -531,6 +612,8 @@ def score(
                     world=session.world,
                     calls=len(session.calls),
                     faults_fired=fired,
+                    forked_from=node.forked_from if node is not None else None,
+                    family=node.root if node is not None else session.id,
                 )
             )
     names = [name for name, _ in runs]

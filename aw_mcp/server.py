@@ -11,31 +11,45 @@ import json
 import logging
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import mcp.types as types
 from mcp import MCPError
 from mcp.server import Server, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import ListenHandler, ResourceUpdated, ServerEvent, ToolsListChanged
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from aw_mcp import __version__
 from aw_mcp.backends.base import BackendError
 from aw_mcp.errors import ServeError
-from aw_mcp.http_guard import BearerAuth, HttpOptions, ReleaseOnDelete, check_exposure, transport_security
+from aw_mcp.fork_route import ForkRoute
+from aw_mcp.http_guard import (
+    BearerAuth,
+    CheckJsonRpcBodies,
+    HttpOptions,
+    ReleaseOnDelete,
+    check_exposure,
+    transport_security,
+)
 from aw_mcp.scorecard import score
-from aw_mcp.session import SessionKeyError, WorldSession
+from aw_mcp.session import TRANSPORT_SESSION_PREFIX, SessionKeyError, WorldSession
 from aw_mcp.simulator import Simulator, UnknownToolError
-from aw_mcp.stdio_guard import answer_malformed_lines
+from aw_mcp.stdio_guard import checked_stdio_server
 from aw_mcp.world import WorldSpec
 
 log = logging.getLogger("aw_mcp.server")
 
 SESSION_META_KEY = "aw/session"
+# World sessions of 2025-era HTTP transport sessions are `http-<Mcp-Session-Id>`; no `aw/session` key is.
+NOTIFY_WAIT_S = 5.0  # the longest one other connection's full stream may hold up a call that notifies it
 SPEC_URI = "world://spec"
 TRAJECTORY_URI = "world://trajectory"
 FAULTS_URI = "world://faults"
@@ -55,16 +69,29 @@ class WorldApp:
 
 
 def session_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
-    """Transport session id (2025-era HTTP), else the client's `_meta["aw/session"]`, else the shared session."""
-    request = ctx.request
-    headers = getattr(request, "headers", None)
-    if headers is not None:
+    """The caller's world session: its HTTP transport session (2025 era), else the client's
+    `_meta["aw/session"]`, else None (the shared session).
+
+    Two key spaces that never meet: transport sessions are `http-<Mcp-Session-Id>`, and only a 2025-era request
+    reaches one (a 2026-07-28 request is stateless: any `Mcp-Session-Id` header it carries is ignored); an
+    `aw/session` key beginning with `http-` is refused, so no stateless request can name a transport session."""
+    headers = getattr(ctx.request, "headers", None)
+    if headers is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         sid = headers.get("mcp-session-id")
         if sid:
-            return f"http-{sid}"
+            return f"{TRANSPORT_SESSION_PREFIX}{sid}"
     meta = ctx.meta or {}
     value = meta.get(SESSION_META_KEY) if isinstance(meta, dict) else None
-    return str(value) if value else None
+    if not value:
+        return None
+    key = str(value)
+    if key.startswith(TRANSPORT_SESSION_PREFIX):
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f'_meta["{SESSION_META_KEY}"] may not begin with "{TRANSPORT_SESSION_PREFIX}": '
+            "those keys are the world sessions of HTTP transport sessions",
+        )
+    return key
 
 
 def world_session(app: WorldApp, key: str | None) -> WorldSession:
@@ -92,9 +119,114 @@ def faults_document(app: WorldApp, session_key_: str | None) -> dict[str, Any]:
     }
 
 
+class SessionEvents:
+    """The `subscriptions/listen` bus (2026-07-28), with each listener tied to a world session: resource updates
+    of a session's trajectory, faults and scorecard reach the listen streams of that session (the one a listen
+    request's `_meta["aw/session"]` names, as for a read), and the streams that name none unless the session is a
+    transport session (a stateless client cannot read those); tool-list changes reach every stream.
+
+    `view(session)` is what one `ListenHandler` subscribes through (mcp's `SubscriptionBus` protocol)."""
+
+    def __init__(self, max_listeners: int = 1024) -> None:
+        self.max_listeners = max_listeners
+        self._listeners: dict[object, tuple[str | None, Callable[[ServerEvent], None]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._listeners)
+
+    def view(self, session: str | None) -> _SessionView:
+        return _SessionView(self, session)
+
+    def subscribe(self, session: str | None, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        token = object()
+        self._listeners[token] = (session, listener)
+
+        def unsubscribe() -> None:
+            self._listeners.pop(token, None)
+
+        return unsubscribe
+
+    async def publish(self, event: ServerEvent, session: str | None = None) -> None:
+        """To every listener (`session` None: a world-wide event), or to those of `session`."""
+        for listening, listener in list(self._listeners.values()):
+            if session is not None and listening != session:
+                if listening is not None or session.startswith(TRANSPORT_SESSION_PREFIX):
+                    continue
+            try:
+                listener(event)
+            except Exception:  # one broken listener must not starve the others or fail the call
+                log.exception("subscription listener raised")
+        await anyio.lowlevel.checkpoint()
+
+
+class _SessionView:
+    def __init__(self, events: SessionEvents, session: str | None) -> None:
+        self.events = events
+        self.session = session
+
+    async def publish(self, event: ServerEvent) -> None:
+        await self.events.publish(event, self.session)
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        return self.events.subscribe(self.session, listener)
+
+
+class ListChangeNotifier:
+    """The 2025-era HTTP transport sessions that can hear `notifications/tools/list_changed` on their GET stream.
+
+    A catalog change applies to the whole world, so every such session is told, not only the caller's. Each is
+    remembered by its transport key from its latest request (the SDK builds a `ServerSession` per message; its
+    standalone channel is the connection's), at most `limit` of them, forgotten on DELETE or when its world
+    session is gone."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._sessions: OrderedDict[str, ServerSession] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def note(self, ctx: ServerRequestContext[Any, Any], key: str | None) -> None:
+        if key is None or not key.startswith(TRANSPORT_SESSION_PREFIX):
+            return  # stdio (one connection: the caller) and stateless requests (listen streams instead)
+        self._sessions[key] = ctx.session
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > self.limit:
+            self._sessions.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        self._sessions.pop(key, None)
+
+    async def tool_list_changed(self, caller: ServerSession, live: set[str]) -> None:
+        """Tell the caller's connection and every remembered one whose world session is live; a connection that
+        cannot take it within NOTIFY_WAIT_S is skipped."""
+        for key in [k for k in self._sessions if k not in live]:
+            del self._sessions[key]
+        targets = [caller, *(s for s in self._sessions.values() if s is not caller)]
+
+        async def tell(session: ServerSession) -> None:
+            with anyio.move_on_after(NOTIFY_WAIT_S):
+                try:
+                    await session.send_tool_list_changed()
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except Exception as exc:  # a closed connection, or one of the 2026 era (listen streams)
+                    log.debug("tools/list_changed not sent on a session: %s", exc)
+
+        async with anyio.create_task_group() as tg:
+            for session in targets:
+                tg.start_soon(tell, session)
+
+
 class WorldServer(Server[Any]):
     """A world's tool list can change (catalog faults), on every transport: advertise `tools.listChanged` in
-    every handshake, including the HTTP transport's, which asks for the capabilities without options."""
+    every handshake, including the HTTP transport's, which asks for the capabilities without options.
+
+    What keeps the advertised capabilities true: `notifier` tells every 2025-era HTTP session about a tool-list
+    change, `events` carries tool-list changes and resource updates to 2026-07-28 listen streams."""
+
+    notifier: ListChangeNotifier
+    events: SessionEvents
 
     def get_capabilities(
         self,
@@ -111,29 +243,38 @@ class WorldServer(Server[Any]):
         )
 
 
-def build_server(app: WorldApp) -> Server[Any]:
+def build_server(app: WorldApp) -> WorldServer:
     world = app.world
-    # 2026-07-28 clients hear about tool-list changes on `subscriptions/listen` streams fed by this bus.
-    bus = InMemorySubscriptionBus()
+    registry = app.simulator.registry
+    # 2026-07-28 clients hear about changes on `subscriptions/listen` streams fed from here; 2025-era HTTP
+    # sessions through their GET streams.
+    events = SessionEvents()
+    notifier = ListChangeNotifier(limit=registry.max_sessions)
+
+    async def resources_changed(key: str | None, records: list[Any]) -> None:
+        """The session's resources that `records` (just committed) changed, to its listen streams."""
+        session = key or registry.default_key
+        if records:
+            await events.publish(ResourceUpdated(TRAJECTORY_URI), session)
+        if any(r.faults for r in records):
+            await events.publish(ResourceUpdated(FAULTS_URI), session)
+        await events.publish(ResourceUpdated(SCORECARD_URI), session)
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         tools = app.simulator.catalog.tools  # catalog faults change it for the whole world
+        key = session_key(ctx)
+        notifier.note(ctx, key)
         # Recorded: whether the agent re-listed after a catalog change is part of its scorecard.
-        await app.simulator.registry.note_listing(
-            world_session(app, session_key(ctx)), [t.name for t in tools]
-        )
+        await registry.note_listing(world_session(app, key), [t.name for t in tools])
+        await resources_changed(key, [])
         return types.ListToolsResult(tools=[types.Tool.model_validate(t.wire()) for t in tools])
 
     async def announce_tool_list_change(ctx: ServerRequestContext[Any, Any]) -> None:
-        await bus.publish(ToolsListChanged())
-        try:  # 2025-era connections: a notification on the caller's session
-            await ctx.session.send_tool_list_changed()
-        except anyio.get_cancelled_exc_class():
-            raise
-        except Exception as exc:  # not available on this connection's era or transport
-            log.debug("tools/list_changed not sent on this session: %s", exc)
+        """A catalog change is the whole world's: every listen stream and every 2025-era session hears it."""
+        await events.publish(ToolsListChanged())
+        await notifier.tool_list_changed(ctx.session, {s.id for s in registry.sessions()})
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -146,25 +287,33 @@ def build_server(app: WorldApp) -> Server[Any]:
             except Exception as exc:  # a closed stream must not fail the call
                 log.debug("progress not delivered: %s", exc)
 
+        key = session_key(ctx)
+        session = world_session(app, key)
+        notifier.note(ctx, key)
+        committed = len(session.records)
         try:
-            outcome = await app.simulator.call(params.name, params.arguments, session_key(ctx), report)
+            outcome = await app.simulator.call(params.name, params.arguments, key, report)
         except (UnknownToolError, SessionKeyError) as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        finally:  # a refused or cancelled call is recorded too: the trajectory grew all the same
+            if len(session.records) > committed:
+                with anyio.CancelScope(shield=True):
+                    await resources_changed(key, session.records[committed:])
         if outcome.catalog_changed:
             await announce_tool_list_change(ctx)
         if outcome.protocol_error is not None:
             code, message = outcome.protocol_error
             raise MCPError(code=code, message=message)
-        content = [types.TextContent(type="text", text=outcome.text)]
-        notice = outcome.record.notice if outcome.record is not None else None
-        if notice:  # answers that are not the world model's say so in every result
-            content.append(types.TextContent(type="text", text=f"[{notice}]"))
-        result = types.CallToolResult(
-            content=content,
-            structured_content=outcome.structured if not outcome.is_error else None,
-            is_error=outcome.is_error,
-        )
-        return result
+        return outcome.result()
+
+    async def listen(
+        ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """`subscriptions/listen`, tied to the world session the request names (as a read is)."""
+        key = session_key(ctx)
+        if len(events) >= events.max_listeners:
+            raise MCPError(code=types.INTERNAL_ERROR, message="Subscription limit reached")
+        return await ListenHandler(events.view(key))(ctx, params)
 
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -192,6 +341,7 @@ def build_server(app: WorldApp) -> Server[Any]:
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
+        notifier.note(ctx, session_key(ctx))
         if params.uri == SPEC_URI:
             text, mime = app.spec_text, "application/yaml"
         elif params.uri == TRAJECTORY_URI:
@@ -211,7 +361,7 @@ def build_server(app: WorldApp) -> Server[Any]:
             contents=[types.TextResourceContents(uri=params.uri, mime_type=mime, text=text)]
         )
 
-    return WorldServer(
+    server = WorldServer(
         f"aw-mcp:{world.name}",
         version=__version__,
         title=f"AgentWorld: {world.name}",
@@ -220,8 +370,11 @@ def build_server(app: WorldApp) -> Server[Any]:
         on_call_tool=call_tool,
         on_list_resources=list_resources,
         on_read_resource=read_resource,
-        on_subscriptions_listen=ListenHandler(bus),
+        on_subscriptions_listen=listen,
     )
+    server.notifier = notifier
+    server.events = events
+    return server
 
 
 def initialization_options(server: Server[Any]) -> Any:
@@ -251,12 +404,9 @@ async def backend_lifetime(app: WorldApp) -> AsyncIterator[None]:
 
 
 async def serve_stdio(app: WorldApp) -> None:
-    from mcp.server.stdio import stdio_server
-
     server = build_server(app)
-    async with backend_lifetime(app), stdio_server() as (read_stream, write_stream):
-        async with answer_malformed_lines(read_stream, write_stream) as checked:
-            await server.run(checked, write_stream, initialization_options(server))
+    async with backend_lifetime(app), checked_stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, initialization_options(server))
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -285,11 +435,20 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 def build_http_app(app: WorldApp, options: HttpOptions) -> Any:
     """The ASGI app: the SDK's streamable HTTP endpoint with Host/Origin checks on every bind address, world
-    sessions freed on DELETE, and the bearer token checked first when one is set."""
+    sessions freed on DELETE, each POST body checked before the SDK reads it (a malformed one is answered with
+    its JSON-RPC error), and the bearer token checked first when one is set."""
     server = build_server(app)
-    asgi: Any = server.streamable_http_app(host=options.host, transport_security=transport_security(options))
+    security = transport_security(options)
+    asgi: Any = server.streamable_http_app(host=options.host, transport_security=security)
     registry = app.simulator.registry
-    asgi = ReleaseOnDelete(asgi, lambda sid: registry.drop(f"http-{sid}"))
+
+    def release(sid: str) -> None:
+        registry.drop(f"{TRANSPORT_SESSION_PREFIX}{sid}")
+        server.notifier.forget(f"{TRANSPORT_SESSION_PREFIX}{sid}")
+
+    asgi = ReleaseOnDelete(asgi, release)
+    asgi = CheckJsonRpcBodies(asgi, security)
+    asgi = ForkRoute(asgi, app.simulator, security)
     if options.auth_token:
         asgi = BearerAuth(asgi, options.auth_token)
     return asgi

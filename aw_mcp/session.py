@@ -13,7 +13,15 @@ import anyio
 from aw_mcp.context_budget import HISTORY_OBSERVATION_CHARS, clip_text, clip_value
 from aw_mcp.ledger import Ledger
 from aw_mcp.prompting import Turn
-from aw_mcp.records import CallRecord, ListingRecord, TrajectoryLine, TrajectoryWriter, read_lines, utc_now
+from aw_mcp.records import (
+    CallRecord,
+    ForkPoint,
+    ListingRecord,
+    TrajectoryLine,
+    TrajectoryWriter,
+    read_lines,
+    utc_now,
+)
 from aw_mcp.transcript import Transcript
 from aw_mcp.world import WorldSpec
 
@@ -23,6 +31,8 @@ DEFAULT_SESSION = "default"
 DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_SESSION_TTL_S = 3600.0
 MAX_SESSION_KEY_CHARS = 128
+# How a 2025-era HTTP transport session's world is keyed (`http-<Mcp-Session-Id>`); other keys may not start so.
+TRANSPORT_SESSION_PREFIX = "http-"
 
 
 class WorldSession:
@@ -46,6 +56,23 @@ class WorldSession:
         self.compacted = 0  # earliest history turns no longer shown to the world model (only grows)
         self.busy = 0  # calls in flight: a busy session is never evicted
         self.last_used = time.monotonic()
+        self.forked_from: ForkPoint | None = None  # set on a fork: its new records say where they came from
+
+    def fork(self, session_id: str) -> WorldSession:
+        """An independent copy at this point: history, ledger, records, clock and call index; from here on each
+        diverges on its own. Records are never changed after commit, so the copies share them."""
+        if self.busy:
+            raise SessionKeyError(f"session {self.id!r} has a call in flight: fork it between calls")
+        child = WorldSession(self.world, session_id, now=self.now)
+        child.now = self.now
+        child.transcript = self.transcript.copy()
+        child.ledger = self.ledger.copy()
+        child.records = list(self.records)
+        child.listings = list(self.listings)
+        child._next_index = self._next_index
+        child.compacted = self.compacted
+        child.forked_from = ForkPoint(session=self.id, call=self._next_index)
+        return child
 
     def claim_index(self) -> int:
         """Reserve the next call index (calls may overlap; each gets a distinct, ordered index)."""
@@ -77,6 +104,10 @@ class WorldSession:
 
 class SessionKeyError(ValueError):
     """A session key the registry refuses (too long), or no room for another live session."""
+
+
+class ForkPointError(ValueError):
+    """`--at K` names a call the recorded session does not have."""
 
 
 class RecordingError(RuntimeError):
@@ -142,12 +173,44 @@ class SessionRegistry:
             del self._sessions[key]
         return len(stale)
 
-    def _evict_oldest_idle(self) -> bool:
-        idle = [(s.last_used, k) for k, s in self._sessions.items() if k != self.default_key and not s.busy]
+    def _evict_oldest_idle(self, keep: str | None = None) -> bool:
+        idle = [
+            (s.last_used, k)
+            for k, s in self._sessions.items()
+            if k not in (self.default_key, keep) and not s.busy
+        ]
         if not idle:
             return False
         del self._sessions[min(idle)[1]]
         return True
+
+    def fork(self, key: str, n: int) -> list[WorldSession]:
+        """`n` new sessions, each an independent copy of session `key` at its current point. Forks count against
+        `max_sessions` like any session: all or none are made."""
+        parent = self._sessions.get(key)
+        if parent is None:
+            raise KeyError(key)
+        if n < 1:
+            raise SessionKeyError(f"a fork needs n >= 1, got {n}")
+        self.evict_idle()
+        parent.last_used = self.clock()  # never the one evicted to make room for its own forks
+        while len(self._sessions) + n > self.max_sessions and self._evict_oldest_idle(keep=key):
+            pass
+        if len(self._sessions) + n > self.max_sessions:
+            raise SessionKeyError(
+                f"no room for {n} forked session(s): {len(self._sessions)} of {self.max_sessions} live"
+            )
+        children = []
+        for _ in range(n):
+            child = parent.fork(self.new_key())
+            child.last_used = self.clock()
+            self._sessions[child.id] = child
+            children.append(child)
+        return children
+
+    def adopt(self, session: WorldSession) -> None:
+        """Take in a session made elsewhere (a fork that gets a simulator of its own, aw_mcp.env)."""
+        self._sessions[session.id] = session
 
     def drop(self, key: str) -> bool:
         """Forget a session and its world (its trajectory lines stay on disk)."""
@@ -200,8 +263,12 @@ class SessionRegistry:
             self._keep(record)
             session.add(record)
 
-    def resume(self, path: str | Path) -> int:
-        """Load a recorded trajectory; the default session continues the last recorded one. Returns calls loaded."""
+    def resume(self, path: str | Path, at: int | None = None) -> int:
+        """Load a recorded trajectory; the default session continues the last recorded one. Returns calls loaded.
+
+        A forked session's lines (`forked_from`) are restored on top of their parent's calls before the fork point.
+        `at`: keep only the first `at` calls of that last session, and continue in a fork of it at that point
+        (the replay of a recorded incident, then new continuations; the file's later lines stay untouched)."""
         count = 0
         last_session = None
         for record in read_lines(path):
@@ -212,8 +279,35 @@ class SessionRegistry:
             if isinstance(record, ListingRecord):
                 self.get(key).listings.append(record)
                 continue
+            if key not in self._sessions and record.forked_from is not None:
+                self._restore_fork_point(key, record.forked_from)
             self.get(key).restore(record)
             last_session, count = key, count + 1
         if last_session is not None:
             self.default_key = last_session
+        if at is not None:
+            if last_session is None:
+                raise ForkPointError(f"{path}: no recorded call to continue from")
+            self.default_key = self._fork_at(last_session, at).id
         return count
+
+    def _restore_fork_point(self, key: str, point: ForkPoint) -> None:
+        parent = self._sessions.get(point.session[:MAX_SESSION_KEY_CHARS])
+        session = self.get(key)
+        session.forked_from = point
+        for record in parent.records if parent is not None else []:
+            if record.index < point.call:
+                session.restore(record)
+
+    def _fork_at(self, key: str, at: int) -> WorldSession:
+        source = self._sessions[key]
+        if not 0 <= at <= source.next_index:
+            raise ForkPointError(f"--at {at}: the recorded session has calls 1-{source.next_index}")
+        trimmed = WorldSession(self.world, key, now=source.now)
+        trimmed.forked_from = source.forked_from
+        for record in sorted(source.records, key=lambda r: r.index):
+            if record.index < at:
+                trimmed.restore(record)
+        child = trimmed.fork(self.new_key())
+        self._sessions[child.id] = child
+        return child

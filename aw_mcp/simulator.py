@@ -21,8 +21,17 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import mcp.types as types
 
-from aw_mcp.backends.base import BackendError, CallRef, Generation, GenerationParams, WorldModel
+from aw_mcp.backends.base import (
+    BackendError,
+    CallRef,
+    Generation,
+    GenerationParams,
+    WorldModel,
+    answer_size,
+    answer_size_problem,
+)
 from aw_mcp.constrained import constraint_for
 from aw_mcp.context_budget import (
     DEFAULT_CONTEXT_TOKENS,
@@ -58,6 +67,11 @@ _ERROR_TEXT = re.compile(
 )
 
 
+# Answers larger than this are parsed and validated in a worker thread, so a big one never holds the event loop
+# (other sessions' requests and pings); smaller ones stay inline, where a thread hop would cost more than the work.
+INLINE_ANSWER_BYTES = 64 * 1024
+
+
 class UnknownToolError(UserError, LookupError):
     def __init__(self, name: str, known: list[str]):
         super().__init__(f"Unknown tool: {name!r}. Tools in this world: {', '.join(known)}")
@@ -75,6 +89,19 @@ class CallOutcome:
     )
     catalog_changed: bool = False  # the tool list changed: the server notifies clients
 
+    def result(self) -> types.CallToolResult:
+        """The MCP result the agent gets (over MCP and through aw_mcp.Env alike): the observation, a line saying
+        so when the answer is not the world model's (demo), structured content unless it is an error."""
+        content = [types.TextContent(type="text", text=self.text)]
+        notice = self.record.notice if self.record is not None else None
+        if notice:
+            content.append(types.TextContent(type="text", text=f"[{notice}]"))
+        return types.CallToolResult(
+            content=content,
+            structured_content=self.structured if not self.is_error else None,
+            is_error=self.is_error,
+        )
+
 
 def params_from_settings(settings: ModelSettings) -> GenerationParams:
     return GenerationParams(
@@ -83,6 +110,7 @@ def params_from_settings(settings: ModelSettings) -> GenerationParams:
         top_k=settings.top_k,
         max_tokens=settings.token_budget,
         thinking=settings.thinking,
+        max_answer_bytes=settings.max_answer_bytes,
     )
 
 
@@ -138,6 +166,28 @@ class Simulator:
             )
         return prompt
 
+    def fork(self, key: str | None, n: int) -> list[WorldSession]:
+        """`n` sessions forked from session `key` at its current point, continuing its fault sequence. They share
+        this world's tool catalog, as every session served by one server does (MCP: one tool list per server)."""
+        parent = key or self.registry.default_key
+        children = self.registry.fork(parent, n)
+        for child in children:
+            self.planner.fork(parent, child.id)
+        return children
+
+    def spin_off(self, session: WorldSession) -> Simulator:
+        """A simulator of its own for a fork of `session` (aw_mcp.env): catalog and fault position copied, the
+        backend and the trajectory file shared."""
+        child = session.fork(self.registry.new_key())
+        registry = SessionRegistry(self.world, self.registry.writer, idle_ttl_s=None)
+        registry.adopt(child)
+        registry.default_key = child.id
+        twin = Simulator(self.world, self.backend, registry, self.params, self.output_retries, self.template)
+        twin.catalog = self.catalog.copy()
+        self.planner.fork(session.id, child.id, into=twin.planner)
+        twin._system_prompts[child] = self.system_prompt(session)
+        return twin
+
     def tool(self, name: str) -> ToolSpec:
         tool = self.catalog.get(name)
         if tool is None:
@@ -173,6 +223,7 @@ class Simulator:
             index=session.claim_index(),
             tool=tool,
             arguments=arguments,
+            forked_from=session.forked_from,
             **fields,
         )
 
@@ -356,7 +407,7 @@ class Simulator:
             prompt = session.transcript.prompt(
                 self.system_prompt(session), tool.name, arguments, shown_notes, start=start
             )
-            if estimate_tokens(prompt.messages) <= budget:
+            if estimate_tokens(prompt.messages, prompt.chars) <= budget:
                 break
             if start >= len(session.history):
                 return None
@@ -421,19 +472,23 @@ class Simulator:
             except BackendError as exc:
                 record.error = str(exc)
                 return CallOutcome(f"The world model could not answer this call: {exc}", is_error=True)
+            too_large = answer_size_problem(generation, params.max_answer_bytes)
+            if too_large is not None:  # any backend's: the OpenAI one already stops reading there
+                record.error = str(too_large)
+                return CallOutcome(f"The world model could not answer this call: {too_large}", is_error=True)
             done_tokens += generation.completion_tokens or 0
+            notice = generation.extra.get("notice")
+            if (
+                isinstance(notice, str) and notice
+            ):  # the backend labels this answer itself (a demo answer replayed
+                record.notice = notice  # for other arguments): the MCP result and the trajectory say so
             record.raw, record.reasoning = generation.text, generation.reasoning or None
-            parsed = parse_answer(generation.text, generation.reasoning)
-            observation = parsed.observation
-            if not observation:
-                problem = "the world model returned an empty observation"
-                continue
-            record.observation = observation
-            if not tool.structured:
-                return CallOutcome(
-                    observation, is_error=self.world.domain == "mcp" and looks_like_error(observation)
-                )
-            outcome, problem = self._structured(tool, observation)
+            if answer_size(generation) > INLINE_ANSWER_BYTES:  # parsing and validation would hold the loop
+                observation, outcome, problem = await anyio.to_thread.run_sync(self._read, tool, generation)
+            else:
+                observation, outcome, problem = self._read(tool, generation)
+            if observation:
+                record.observation = observation
             if outcome is not None:
                 record.structured = outcome.structured
                 return outcome
@@ -444,6 +499,18 @@ class Simulator:
             f"attempts: {problem}",
             is_error=True,
         )
+
+    def _read(self, tool: ToolSpec, generation: Generation) -> tuple[str, CallOutcome | None, str]:
+        """The answer's observation and its outcome, or (observation, None, why it is not valid). Plain CPU work
+        with no event-loop state: a big answer is read in a worker thread."""
+        observation = parse_answer(generation.text, generation.reasoning).observation
+        if not observation:
+            return "", None, "the world model returned an empty observation"
+        if not tool.structured:
+            error = self.world.domain == "mcp" and looks_like_error(observation)
+            return observation, CallOutcome(observation, is_error=error), ""
+        outcome, problem = self._structured(tool, observation)
+        return observation, outcome, problem
 
     def _structured(self, tool: ToolSpec, observation: str) -> tuple[CallOutcome | None, str]:
         """A structured observation that validates, a realistic error, or (None, why it failed)."""

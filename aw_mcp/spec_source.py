@@ -1,8 +1,11 @@
 """Reading YAML while remembering where every value came from, so spec errors can say `file:line`.
 
 World files come from other people, so the loader is bounded: a duplicate key, nesting deeper than MAX_DEPTH,
-a document whose aliases expand past MAX_EXPANDED_NODES (a "billion laughs"), a recursive alias or a `!!binary`
-value is a `file:line` error rather than a silent surprise, a hang or a traceback.
+a document whose aliases expand past MAX_EXPANDED_NODES (a "billion laughs"), a recursive alias, a `!!binary`
+value, an explicit tag whose value it cannot read (`!!int abc`, `!!bool maybe`, `!!set [a]`), a text holding a
+lone UTF-16 surrogate (`"\\uD800"`: no character, and no UTF-8 encoder takes it) or one longer than
+MAX_SCALAR_CHARS is a `file:line` error rather than a silent surprise, a hang, a traceback or a world that loads
+and then fails every call.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ PathKey = tuple[str | int, ...]
 
 MAX_DEPTH = 64  # nested mappings/sequences; the bundled worlds use at most 13
 MAX_EXPANDED_NODES = 200_000  # nodes after expanding every alias; the bundled worlds have under 1,500
+# One text (a value or a key): 1M characters is ~330K tokens, past the default 131,072-token context on its own.
+# The bundled worlds' longest is under 4,000.
+MAX_SCALAR_CHARS = 1_000_000
 
 
 @dataclass
@@ -66,7 +72,19 @@ class BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Every node is built at once (`deep`), so a value its tag cannot read (`!!int abc` -> ValueError,
+        `!!bool maybe` -> KeyError, `!!set [a]` -> TypeError) fails here, where its line is known."""
+        try:
+            return super().construct_object(node, deep=True)
+        except (yaml.MarkedYAMLError, RecursionError):
+            raise
+        except Exception as exc:
+            raise _Bound(problem=_unreadable(node, exc), problem_mark=node.start_mark) from None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):  # `!!map x`, `!!set [a]`
+            raise _Bound(problem=_unreadable(node, None), problem_mark=node.start_mark)
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -104,13 +122,51 @@ class BoundedLoader(yaml.SafeLoader):
             ) from None
 
 
+def _unreadable(node: yaml.Node, exc: Exception | None) -> str:
+    """`!!int abc`: what the tag could not read, in the file's own spelling."""
+    tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+    if isinstance(node, yaml.ScalarNode):
+        shown = node.value if len(node.value) <= 60 else node.value[:60] + "…"
+        what = f"{tag} {shown!r}" if shown else f"an empty {tag}"
+    else:
+        what = f"{tag} on a {'mapping' if isinstance(node, yaml.MappingNode) else 'sequence'}"
+    detail = f" ({type(exc).__name__}: {str(exc)[:120]})" if exc is not None and str(exc) else ""
+    return f"{what}: the tag cannot read this value{detail}; drop the tag or fix the value"
+
+
+def _scalar_problem(node: yaml.ScalarNode) -> str | None:
+    """Why one text cannot be in a world file: past MAX_SCALAR_CHARS, or a lone surrogate (YAML's `"\\uD800"`
+    escape: half of a UTF-16 pair, no character; JSON, UTF-8 and the world model cannot carry it)."""
+    text = node.value
+    if len(text) > MAX_SCALAR_CHARS:
+        return f"a text of {len(text):,} characters; a world file value holds at most {MAX_SCALAR_CHARS:,}"
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        after = ord(text[exc.start + 1]) if exc.start + 1 < len(text) else 0
+        if 0xD800 <= code < 0xDC00 and 0xDC00 <= after < 0xE000:  # a JSON-style pair: name the character
+            joined = 0x10000 + ((code - 0xD800) << 10) + (after - 0xDC00)
+            fix = f"write the character itself or the escape \\U{joined:08X}"
+        else:
+            fix = "write the character itself or its \\U escape"
+        return (
+            f"the text holds U+{code:04X}, half of a UTF-16 surrogate pair and not a character (a `\\u{code:04X}` "
+            f"escape?); {fix}"
+        )
+    return None
+
+
 BoundedLoader.add_constructor("tag:yaml.org,2002:binary", BoundedLoader.construct_yaml_binary)
 BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", BoundedLoader.construct_yaml_timestamp)
 
 
 def _expanded_size(root: yaml.Node) -> None:
     """Count the nodes the document has once every alias is expanded, without expanding it (an alias is the same
-    node object, so each node's size is computed once). Raises _Bound past the limit or on a recursive alias."""
+    node object, so each node's size is computed once). Raises _Bound past the limit, on a recursive alias or on
+    a text that cannot be in a world file (`_scalar_problem`)."""
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -140,6 +196,8 @@ def _expanded_size(root: yaml.Node) -> None:
                 problem="a recursive alias (an anchor used inside itself)", problem_mark=node.start_mark
             )
         on_path.add(key)
+        if isinstance(node, yaml.ScalarNode) and (problem := _scalar_problem(node)) is not None:
+            raise _Bound(problem=problem, problem_mark=node.start_mark)
         stack.append((node, True))
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:

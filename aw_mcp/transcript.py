@@ -37,6 +37,7 @@ from aw_mcp.world import WorldSpec
 class Prompt:
     messages: list[ChatMessage]
     hash: str  # messages_hash(messages), from the kept digests
+    chars: int  # the messages' total content length, from the kept sums
 
 
 class Transcript:
@@ -47,11 +48,24 @@ class Transcript:
         self.turns: list[Turn] = []
         self._messages: list[ChatMessage] = []  # user, assistant for each turn
         self._digests: list[bytes] = []
+        self._chars: list[int] = [0]  # _chars[i]: content length of the first i messages
+        self._system: tuple[str, bytes] | None = None  # the last system prompt and its digest
         for turn in turns:
             self.append(turn)
 
     def __len__(self) -> int:
         return len(self.turns)
+
+    def copy(self) -> Transcript:
+        """An independent transcript with the same turns (a fork): the rendered turns are shared, read-only."""
+        twin = Transcript(self.world)
+        twin.turns, twin._messages, twin._digests = (
+            list(self.turns),
+            list(self._messages),
+            list(self._digests),
+        )
+        twin._chars, twin._system = list(self._chars), self._system
+        return twin
 
     def screen_at(self, number: int) -> str:
         """The screen the agent is looking at when it takes action `number` (1-based)."""
@@ -83,6 +97,8 @@ class Transcript:
         self.turns.append(turn)
         self._messages += [user, assistant]
         self._digests += [message_digest(user), message_digest(assistant)]
+        total = self._chars[-1] + len(user["content"])
+        self._chars += [total, total + len(assistant["content"])]
 
     def prompt(
         self,
@@ -95,8 +111,11 @@ class Transcript:
         """The messages for the next action, showing the turns from index `start` (0-based) on."""
         start = min(max(start, 0), len(self.turns))
         system: ChatMessage = {"role": "system", "content": system_prompt}
+        if self._system is None or self._system[0] is not system_prompt:  # one digest per system prompt
+            self._system = (system_prompt, message_digest(system))
         messages = [system]
-        digests = [message_digest(system)]
+        digests = [self._system[1]]
+        chars = len(system_prompt)
         if start < len(self.turns):
             # The first turn shown opens the conversation; turn 1 already was rendered as one.
             first = (
@@ -111,13 +130,15 @@ class Transcript:
                 self._digests[0] if start == 0 else message_digest(first),
                 *self._digests[2 * start + 1 :],
             ]
+            chars += len(first["content"]) + self._chars[-1] - self._chars[2 * start + 1]
         notes = [*scoped_facts(self.world, tool), *notes]
         current = self._user_turn(
             len(self.turns) + 1, tool, arguments, notes, opening=start >= len(self.turns)
         )
         messages.append(current)
         digests.append(message_digest(current))
-        return Prompt(messages, messages_hash(messages, digests))
+        chars += len(current["content"])
+        return Prompt(messages, messages_hash(messages, digests), chars)
 
 
 def build_messages(

@@ -17,19 +17,29 @@ import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.constrained import relaxation_warnings
+from aw_mcp.context_budget import CHARS_PER_TOKEN, DEFAULT_CONTEXT_TOKENS, prompt_budget
 from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, TASK_DOMAINS, Domain
 from aw_mcp.errors import UserError
 from aw_mcp.perturb.injections import BUILTIN_INJECTIONS, InjectionSlot
 from aw_mcp.perturb.presets import PresetRef, expand_presets, normalize_preset
 from aw_mcp.perturb.spec import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
-from aw_mcp.schema_check import keyword_problems, ref_problem
+from aw_mcp.schema_check import (
+    json_problem,
+    keyword_problems,
+    ref_problem,
+    regex_budget,
+    regex_problems,
+    schema_validator,
+)
 from aw_mcp.spec_model import StrictSpecModel
 from aw_mcp.spec_source import PathKey, SpecSource, SpecSyntaxError, parse_yaml, read_yaml
 
 log = logging.getLogger(__name__)
 
-TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")  # MCP 2025-11-25 (SEP-986): 1-128 of these characters
+MAX_WORLD_NAME_CHARS = 128  # the server's name (`aw-mcp:<name>`), as long as a tool name may be
 MAX_PROBLEM_CHARS = 300  # a schema error quoting a huge argument value is cut to this length
+FIRST_TURN_CHARS = 600  # a first call's action and framing, beside the system prompt, the screen and the task
 
 
 class ToolAnnotationsSpec(StrictSpecModel):
@@ -46,6 +56,14 @@ class ToolExample(StrictSpecModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     result: Any
 
+    @model_validator(mode="after")
+    def _json_values(self) -> ToolExample:
+        for key in ("arguments", "result"):
+            problem = json_problem(getattr(self, key))
+            if problem is not None:
+                raise ValueError(f"{key} must be JSON: {problem}")
+        return self
+
 
 class ToolErrorSpec(StrictSpecModel):
     """A named failure the real tool can produce; the world model and the fault injector both use it."""
@@ -54,13 +72,6 @@ class ToolErrorSpec(StrictSpecModel):
     message: str
     when: str = ""
     status: int | None = Field(default=None, ge=100, le=599)
-
-
-def schema_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
-    """A validator that also checks `format` (email, date-time, uri, ...), as a real API would."""
-    return jsonschema.Draft202012Validator(
-        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
-    )
 
 
 def dangling_ref(schema: Any, root: Any = None) -> str | None:
@@ -88,6 +99,9 @@ def dangling_ref(schema: Any, root: Any = None) -> str | None:
 
 
 def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
+    not_json = json_problem(schema)
+    if not_json is not None:
+        raise ValueError(f"{what} must be JSON: {not_json}")
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -194,9 +208,11 @@ class ToolSpec(StrictSpecModel):
         """Every inputSchema violation, each naming the field it concerns (empty when the arguments are valid).
         A message quoting a long value is cut: the agent needs the field and the rule, not its own payload."""
         try:
-            errors = sorted(
-                self._input_validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path))
-            )
+            with regex_budget():  # a regex RE2 cannot take gets a bounded time for the whole check
+                errors = sorted(
+                    self._input_validator.iter_errors(arguments),
+                    key=lambda e: list(map(str, e.absolute_path)),
+                )
         except RecursionError:
             return ["the arguments are nested too deeply to check"]
         problems = []
@@ -211,7 +227,8 @@ class ToolSpec(StrictSpecModel):
         if self._output_validator is None:
             return None
         try:
-            bad = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
+            with regex_budget():
+                bad = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
         except RecursionError:
             return "at (root): the value is nested too deeply to check"
         if bad is None:
@@ -276,6 +293,9 @@ class ModelSettings(StrictSpecModel):
     timeout_s: float = Field(default=600.0, gt=0, le=86_400, allow_inf_nan=False)
     retries: int = Field(default=3, ge=0, le=20, strict=True)
     output_retries: int = Field(default=2, ge=0, le=10, strict=True)
+    # The largest answer (text + reasoning, UTF-8 bytes) a call takes; over it, the call fails naming this setting.
+    # 4 MiB (backends/base.py DEFAULT_MAX_ANSWER_BYTES): ~1M tokens of text, 32x the default max_tokens.
+    max_answer_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3, strict=True)
     # Decode a tool with an outputSchema under a grammar (its schema, or an error), valid by construction
     # (aw_mcp/constrained.py); post-hoc validation and output_retries still apply.
     constrained: bool = Field(default=True, strict=True)
@@ -301,7 +321,7 @@ class ModelSettings(StrictSpecModel):
 class WorldSpec(StrictSpecModel):
     """A simulated world: what the agent sees (tools) and what the world model is told (facts, state, clock)."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1)  # one line of at most MAX_WORLD_NAME_CHARS (the MCP server's name)
     description: str = ""
     domain: Domain = "mcp"
     seed: int = Field(default=0, strict=True)
@@ -322,6 +342,16 @@ class WorldSpec(StrictSpecModel):
     injections: dict[str, InjectionSlot] = Field(default_factory=dict)
     perturbations: list[Perturbation] = Field(default_factory=list)
     presets: list[PresetRef] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _one_line_name(cls, name: str) -> str:
+        rule = f"a world name (the MCP server's) is one line of at most {MAX_WORLD_NAME_CHARS} characters"
+        if len(name) > MAX_WORLD_NAME_CHARS:
+            raise ValueError(f"{rule}; this one has {len(name):,}")
+        if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):
+            raise ValueError(f"{rule}; this one holds a control character")
+        return name
 
     @field_validator("presets", mode="before")
     @classmethod
@@ -422,6 +452,39 @@ class WorldSpec(StrictSpecModel):
     def all_perturbations(self) -> list[Perturbation]:
         """The world's own perturbations, then those its presets expand into."""
         return [*self.perturbations, *expand_presets(self.presets)]
+
+    def prompt_size_problems(self) -> list[tuple[PathKey, str]]:
+        """The world's own text (its system prompt with the bundled template: description, tools and examples,
+        facts, state; plus the first screen and task) must leave room for a call, or every call would be refused.
+        Named at its largest part."""
+        from aw_mcp import prompting  # it imports this module
+
+        system = prompting.render_system_prompt(self, self.now or "2026-01-01T00:00:00Z")
+        chars = len(system) + len(self.screen or "") + len(self.task or "") + FIRST_TURN_CHARS
+        context = self.model.context_tokens or DEFAULT_CONTEXT_TOKENS
+        budget = prompt_budget(context, self.model.token_budget)
+        needed = int(chars / CHARS_PER_TOKEN)
+        if needed <= budget:
+            return []
+        parts = {
+            "description": len(self.description),
+            "tools": len(prompting.render_tool_definitions(self) + prompting.render_demonstrations(self)),
+            "facts": len(prompting.render_facts(self)),
+            "state": len(prompting.render_state(self)),
+            "screen": len(self.screen or ""),
+            "task": len(self.task or ""),
+        }
+        largest = max(parts, key=lambda k: parts[k])
+        where = "model.context_tokens" if self.model.context_tokens else "the default context"
+        return [
+            (
+                (largest,),
+                f"the world's own text needs about {needed:,} tokens of prompt (`{largest}` alone "
+                f"{int(parts[largest] / CHARS_PER_TOKEN):,}), more than {where} of {context:,} tokens leaves "
+                f"beside the answer ({budget:,}): every call would be refused. Shorten it, or set "
+                "`model.context_tokens` to your model's (larger) context",
+            )
+        ]
 
     def perturbation_problems(self) -> list[tuple[PathKey, str]]:
         """Checks that need the whole world (tool names, declared errors, slots), each with its YAML location."""
@@ -583,7 +646,26 @@ def schema_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
                         "error" if is_error else "warning",
                     )
                 )
-    return issues + grammar_issues(source, world)
+    return issues + regex_issues(source, world) + grammar_issues(source, world)
+
+
+def regex_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
+    """Warnings: regexes RE2 cannot take (schema_check.regex_problems), in the tools and the tools a catalog
+    fault adds; each is then matched under a time budget or not at all, never without bound."""
+    schemas: list[tuple[PathKey, Any]] = []
+    for i, tool in enumerate(world.tools):
+        schemas += [(("tools", i, key), getattr(tool, key)) for key in ("inputSchema", "outputSchema")]
+    for i, perturbation in enumerate(world.perturbations):
+        if isinstance(perturbation.fault, CatalogFault):
+            for j, entry in enumerate(perturbation.fault.add):
+                here = ("perturbations", i, "fault", "add", j)
+                schemas += [((*here, key), entry.get(key)) for key in ("inputSchema", "outputSchema")]
+    issues = []
+    for where, schema in schemas:
+        for pointer, message in regex_problems(schema):
+            line = source.locate((*where, *pointer))[0]
+            issues.append(SpecIssue(source.path, line, _field_path(where), message, "warning"))
+    return issues
 
 
 def load_issues(source: SpecSource) -> list[SpecIssue]:
@@ -609,7 +691,7 @@ def _world_from_source(source: SpecSource) -> WorldSpec:
             line, _ = source.locate(loc)
             issues.append(SpecIssue(source.path, line, _field_path(loc), _expected(error)))
         raise WorldSpecError(issues) from None
-    problems = world.format_problems() + world.perturbation_problems()
+    problems = world.format_problems() + world.perturbation_problems() + world.prompt_size_problems()
     issues = [SpecIssue(source.path, source.locate(loc)[0], _field_path(loc), msg) for loc, msg in problems]
     issues += [i for i in schema_issues(source, world) if i.severity == "error"]
     if issues:
@@ -624,7 +706,8 @@ def load_world(path: str | Path) -> WorldSpec:
     except SpecSyntaxError as exc:
         raise WorldSpecError([SpecIssue(exc.path, exc.line, "(file)", exc.message)]) from None
     world = world_from_source(source)
-    for issue in grammar_issues(source, world):  # `aw-mcp validate` prints them with the other warnings
+    # `aw-mcp validate` prints these with the other warnings; `serve` and the other commands log them.
+    for issue in regex_issues(source, world) + grammar_issues(source, world):
         log.warning("%s", issue)
     return world
 

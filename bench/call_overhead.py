@@ -8,6 +8,9 @@ trajectory line; the demo backend answers at once) and, in the same run, to the 
 Printed: p50 per window of 100 calls for each server, the ratio late/early (calls 401-500 over calls 1-100) for
 ours, and ours over the baseline (p50 over all calls). Targets: late/early <= 1.2, ours/baseline <= 3.
 
+Also the same calls in-process through `aw_mcp.Env` (no MCP framing, issue 24): calls per second over those through
+MCP over stdio. Target: >= 5x.
+
     .venv/bin/python bench/call_overhead.py [--calls 500] [--world mcp_crm]
 """
 
@@ -57,6 +60,20 @@ async def timed_calls(params: StdioServerParameters, calls: int) -> list[float]:
     return durations
 
 
+async def env_calls(world: str, calls: int) -> list[float]:
+    from aw_mcp import Env
+
+    durations: list[float] = []
+    async with await Env.open(world, backend="demo") as env:
+        for n in range(calls):
+            started = time.perf_counter()
+            result = await env.call("search_contacts", {"query": "murphy"})
+            durations.append((time.perf_counter() - started) * 1000)
+            if result.is_error:
+                raise SystemExit(f"Env call {n + 1} failed: {result.content}")
+    return durations
+
+
 def windows(durations: list[float]) -> list[float]:
     return [statistics.median(durations[i : i + WINDOW]) for i in range(0, len(durations), WINDOW)]
 
@@ -89,6 +106,7 @@ def main() -> int:
         baseline = StdioServerParameters(command=sys.executable, args=[str(bare)])
         ours_ms = anyio.run(timed_calls, ours, args.calls)
         base_ms = anyio.run(timed_calls, baseline, args.calls)
+        env_ms = anyio.run(env_calls, args.world, args.calls)
     ours_w, base_w = windows(ours_ms), windows(base_ms)
     late_early = ours_w[-1] / ours_w[0]
     overhead = statistics.median(ours_ms) / statistics.median(base_ms)
@@ -99,10 +117,16 @@ def main() -> int:
         "baseline_p50_ms_per_100": [round(x, 2) for x in base_w],
         "aw_mcp_late_over_early": round(late_early, 3),
         "aw_mcp_over_bare_sdk": round(overhead, 2),
+        "env_p50_ms_per_100": [round(x, 3) for x in windows(env_ms)],
+        "env_calls_per_s_over_stdio": round(sum(ours_ms) / sum(env_ms), 2),
     }
     print(json.dumps(figures, indent=2))
-    ok = late_early <= 1.2 and overhead <= 3.0
-    print("PASS" if ok else "FAIL", "(targets: late/early <= 1.2, over the bare SDK server <= 3x)")
+    env_speedup = figures["env_calls_per_s_over_stdio"]
+    ok = late_early <= 1.2 and overhead <= 3.0 and env_speedup >= 5.0
+    print(
+        "PASS" if ok else "FAIL",
+        "(targets: late/early <= 1.2, over the bare SDK server <= 3x, Env over stdio >= 5x calls/s)",
+    )
     return 0 if ok else 1
 
 

@@ -3,6 +3,7 @@ servers started as subprocesses, and the `slow` lane (`python -m pytest -m "not 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -30,6 +31,20 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Folders whose every test loads torch models or runs Triton kernels through the interpreter: the slow lane.
 SLOW_FOLDERS = ("engine", "kernels")
+
+
+def engine_installed() -> bool:
+    """Whether the `[engine]` extra is here; without it (the base install) the engine's tests are not collected
+    and the tests that need it are skipped with that reason."""
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers", "xgrammar"))
+
+
+ENGINE = engine_installed()
+needs_engine = pytest.mark.skipif(
+    not ENGINE, reason="needs the [engine] extra (torch, transformers, xgrammar)"
+)
+# pytest reads this: the engine and kernel folders are not even imported in the base install.
+collect_ignore = [] if ENGINE else list(SLOW_FOLDERS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -105,8 +120,10 @@ def _import_triton_for_the_interpreter() -> None:
     TRITON_INTERPRET selects then. The kernel tests run interpreted on CPU, so import it in that mode before any
     test module can, and restore the variable so every other test still sends CPU tensors to the torch references.
     """
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # the base install: no engine, no kernels to interpret
+        return
     if torch.cuda.is_available():
         return
     with triton_interpret_env(), suppress(ImportError):

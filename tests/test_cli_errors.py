@@ -45,7 +45,7 @@ def test_unknown_world_lists_the_bundled_worlds() -> None:
     proc = aw("serve", "--world", "nosuch")
     line = one_line(proc.stderr)
     assert proc.returncode == 1
-    assert "no world file 'nosuch'" in line
+    assert "no bundled world named 'nosuch'" in line
     assert all(p.stem in line for p in bundled_worlds())
 
 

@@ -46,7 +46,12 @@ def test_demo_runs_offline_in_under_a_minute_and_leaves_a_report(tmp_path: Path)
     assert [r["type"] for r in lines if r["type"] != "call"] == ["tools_list"]  # the client listed once
     assert len(records) == calls and all(r["notice"] == NOTICE for r in records)
     assert "transient/gave_up: never retried" in out  # the scorecard: the demo client does not retry
-    assert html.escape(f"NOTE: {calls} call(s): {NOTICE}") in report.read_text()
+    assert f"NOTE: {calls} call(s): {NOTICE}" in html.unescape(report.read_text())
+    # world://faults and the summary count the same firings (issue 22.8: "3 fault(s) fired" vs "faults fired: 1")
+    served = next(line for line in out.splitlines() if line.startswith("world://faults: "))
+    counted = served.removeprefix("world://faults: ")
+    assert counted == "faults fired: 3 (1 applied, 2 without effect)"
+    assert counted in out.splitlines()  # the summary's line, word for word
 
 
 def test_demo_refuses_a_world_without_examples(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

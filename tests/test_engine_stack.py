@@ -11,7 +11,9 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
-from engine.testing.tiny_checkpoint import make_tiny_checkpoint
+pytest.importorskip("torch", reason="needs the [engine] extra")
+
+from engine.testing.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 from tests.conftest import REPO, free_port, last_call, serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a subprocess engine serving the tiny model

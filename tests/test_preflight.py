@@ -14,7 +14,7 @@ import pytest
 
 from aw_mcp import preflight
 from aw_mcp.preflight import GIB, PreflightError, check_local, check_openai, weight_bytes
-from tests.conftest import REPO
+from tests.conftest import REPO, needs_engine
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 
@@ -86,6 +86,7 @@ def offline_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
 
 
+@needs_engine  # the local pre-flight reads the checkpoint with the engine's loader
 def test_default_model_without_a_gpu_names_the_memory_it_needs(offline_hub: None) -> None:
     with pytest.raises(PreflightError) as caught:
         check_local("Qwen/Qwen-AgentWorld-35B-A3B", None, cuda=FakeCuda(available=False))
@@ -94,6 +95,7 @@ def test_default_model_without_a_gpu_names_the_memory_it_needs(offline_hub: None
     assert "--base-url http://127.0.0.1:8000/v1" in message and "aw-mcp demo" in message
 
 
+@needs_engine  # the local pre-flight reads the checkpoint with the engine's loader
 def test_a_gpu_too_small_is_named_with_its_memory(offline_hub: None) -> None:
     small = FakeCuda(available=True, free=22 * GIB, total=24 * GIB)
     with pytest.raises(PreflightError) as caught:
@@ -104,6 +106,7 @@ def test_a_gpu_too_small_is_named_with_its_memory(offline_hub: None) -> None:
     )
 
 
+@needs_engine  # the local pre-flight reads the checkpoint with the engine's loader
 def test_a_small_checkpoint_runs_on_a_cpu_and_a_missing_folder_is_named(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(b"\0" * 4096)
     assert weight_bytes(str(tmp_path)) == 4096

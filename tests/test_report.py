@@ -58,7 +58,8 @@ async def test_report_renders_summary_and_self_contained_html(
     stdout = capsys.readouterr().out
     assert "9 call(s) in 1 session(s), 3 tool(s), 2 error(s) (22%)" in stdout
     assert "calls per tool: get_report 4, list_orders 4, get_order 1" in stdout
-    assert "faults fired: 6" in stdout  # applied: flaky 2 + slow 4
+    # every firing counted, as world://faults lists them: flaky 2 + slow 4 applied, cut 1 without effect
+    assert "faults fired: 7 (6 applied, 1 without effect)" in stdout
     assert "  flaky [error]: 2" in stdout and "  slow [latency]: 4" in stdout
     assert "  cut [truncate]: 0, 1 without effect" in stdout
     page = out.read_text()

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from engine.testing.tiny_checkpoint import make_tiny_checkpoint
+pytest.importorskip("torch", reason="needs the [engine] extra")
+
+from engine.testing.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
 from tests.conftest import REPO, last_call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # subprocess servers on the tiny checkpoint

@@ -31,9 +31,11 @@ def test_serve_on_a_tty_prints_the_hint_and_exits_130_on_sigint() -> None:
         assert proc.stderr is not None
         hint = proc.stderr.readline()  # blocks until the server has said it; no timing involved
         assert hint.startswith("aw-mcp: serving world 'mcp_crm' as an MCP server on stdin/stdout")
-        assert '"args": ["serve", "--world", "mcp_crm"]' in hint and "aw-mcp shell --world mcp_crm" in hint
+        # both suggestions repeat --backend demo: without it a base install has no model to answer with
+        assert '"args": ["serve", "--world", "mcp_crm", "--backend", "demo"]' in hint
+        assert "`aw-mcp shell --world mcp_crm --backend demo`" in hint
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=2) == 130
+        assert proc.wait(timeout=20) == 130
         assert proc.stdout is not None and proc.stdout.read() == ""  # stdout stays the protocol's
     finally:
         if proc.poll() is None:

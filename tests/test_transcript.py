@@ -100,3 +100,11 @@ def test_state_text_reaches_the_model_line_for_line() -> None:
         assert [line[indent:] for line in shown] == lines
     assert "\\n" not in text and "'" not in text
     assert yaml.safe_load(text + "\n") == world.state  # the prompt drops only the final line break
+
+
+def test_the_kept_character_count_is_the_prompt_s() -> None:
+    world = web_world()
+    transcript = Transcript(world, [Turn("go_back", {}, f"page {k}" * k) for k in range(1, 9)])
+    for start in (0, 3, 8):
+        prompt = transcript.prompt("SYS", "go_back", {}, ["a note"], start=start)
+        assert prompt.chars == sum(len(m["content"]) for m in prompt.messages)

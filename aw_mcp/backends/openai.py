@@ -32,6 +32,16 @@ logged and that form is never sent again. When requests in that form had succeed
 be about that one tool, whose constraint is then sent in the next form only (one warning per tool). A server
 error (5xx) whose body names such a field is a refusal too, not retried: llama-cpp-python answers a
 `response_format` it cannot parse with HTTP 500. A request refused again in the last form reports that error.
+
+No answer may hold the event loop or the call's deadline (`max_answer_bytes`, from `model.max_answer_bytes`): bodies
+are read in pieces of at most 64 KiB with a checkpoint between them (so `timeout_s` and a client's cancel interrupt a
+read, and other sessions run), asked for uncompressed (a compressed one is inflated piece by piece, never whole); a
+stream stops as soon as its text and reasoning together pass the limit, and a single stream line or a non-streamed
+body as soon as it passes twice the limit plus 64 KiB (room for JSON escapes and the envelope), never building the
+whole string first. Over the limit the call fails with AnswerTooLarge, naming the setting; it is not retried.
+
+The API key is never echoed: every error text built from a server's words, and the answer itself, goes through
+aw_mcp/redaction.py (the key and URL credentials become `***`).
 """
 
 from __future__ import annotations
@@ -43,15 +53,19 @@ import os
 import random
 import re
 import time
-from dataclasses import dataclass
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.lowlevel
 import httpx
 
 from aw_mcp.backends.base import (
     AnswerConstraint,
+    AnswerTooLarge,
     BackendError,
     CallRef,
     ChatMessage,
@@ -62,6 +76,9 @@ from aw_mcp.backends.base import (
 )
 from aw_mcp.backends.local import ANSWER_INDENT
 from aw_mcp.grammar_text import NotExpressible, framed_grammar
+from aw_mcp.redaction import redact_secrets, redact_text, redact_url, register_secret
+
+__all__ = ["OpenAIWorldModel", "redact_text", "redact_url"]  # the redactors, as before, from here too
 
 log = logging.getLogger(__name__)
 
@@ -81,30 +98,16 @@ PROGRESS_INTERVAL_S = (
 )
 MAX_RETRY_AFTER_S = 60.0  # a server asking for a longer pause is better reported than waited on
 CONNECT_TIMEOUT_S = 10.0
+READ_PIECE_BYTES = 64 * 1024  # a body is handled in pieces of at most this, with a checkpoint between them
+ENVELOPE_BYTES = 64 * 1024  # a completion's JSON around its text (ids, usage, a short finish)
+ERROR_BODY_BYTES = 64 * 1024  # what is read of an error response (MAX_CHECKED_BODY of it is looked at)
+PROBE_BODY_BYTES = 1024 * 1024  # what is read of a GET /models or /version answer
 
 
-def redact_url(url: str) -> str:
-    """The URL without `user:password@` (credentials must not reach error texts, logs or trajectories)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-def redact_text(text: str, url: str) -> str:
-    """`text` with the credentials of `url` removed wherever they appear (httpx messages quote the URL)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return text
-    text = text.replace(url, redact_url(url))
-    for secret in (parts.password, parts.username):
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+def wire_limit(max_answer_bytes: int) -> int:
+    """The most bytes read of a non-streamed body or of one stream line: the answer JSON-escaped (a server that
+    escapes non-ASCII text writes up to twice its UTF-8 bytes) plus the envelope."""
+    return 2 * max_answer_bytes + ENVELOPE_BYTES
 
 
 class _Rejected(BackendError):
@@ -214,10 +217,11 @@ class _StreamError(_Retryable):
 
 @dataclass
 class _Accumulator:
-    """What the stream has delivered so far."""
+    """What the stream has delivered so far (the text in parts, joined once at the end: no quadratic copying)."""
 
-    content: str = ""
-    reasoning: str = ""
+    content_parts: list[str] = field(default_factory=list)
+    reasoning_parts: list[str] = field(default_factory=list)
+    answer_bytes: int = 0  # text and reasoning so far, UTF-8: what max_answer_bytes bounds
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -226,6 +230,26 @@ class _Accumulator:
     @property
     def tokens(self) -> int:
         return max(self.chunks, self.completion_tokens or 0)
+
+    @property
+    def content(self) -> str:
+        return "".join(self.content_parts)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_parts)
+
+    @property
+    def answering(self) -> bool:
+        return bool(self.content_parts)
+
+    def add_text(self, reasoning: str, content: str) -> None:
+        if reasoning:
+            self.reasoning_parts.append(reasoning)
+            self.answer_bytes += len(reasoning.encode("utf-8", "surrogatepass"))
+        if content:
+            self.content_parts.append(content)
+            self.answer_bytes += len(content.encode("utf-8", "surrogatepass"))
 
     def add_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
@@ -236,8 +260,109 @@ class _Accumulator:
                 self.completion_tokens = completion
 
 
+class _Inflater:
+    """A gzip or deflate body inflated piece by piece, each at most READ_PIECE_BYTES (a small compressed chunk can
+    expand a thousandfold: it is never inflated whole)."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._raw_fallback = encoding == "deflate"  # "deflate" is zlib-wrapped, but some servers send it raw
+        self._z = zlib.decompressobj(
+            zlib.MAX_WBITS | 16 if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        )
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while True:
+            try:
+                out = self._z.decompress(data, READ_PIECE_BYTES)
+            except zlib.error as error:
+                if self._raw_fallback:
+                    self._raw_fallback = False
+                    self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+                    continue
+                raise _Retryable(f"cannot inflate the {self.encoding} response body: {error}") from None
+            self._raw_fallback = False
+            data = self._z.unconsumed_tail
+            if out:
+                yield out
+            if not data and len(out) < READ_PIECE_BYTES:
+                return
+
+
+async def _pieces(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body of `response` in pieces of at most READ_PIECE_BYTES, with a checkpoint after each: the call's
+    deadline and a client's cancel interrupt the read there, and other tasks run between pieces."""
+    if (
+        response.is_stream_consumed
+    ):  # already in memory, decoded (a test's transport): still handed out in pieces
+        content = response.content
+        for start in range(0, len(content), READ_PIECE_BYTES):
+            yield content[start : start + READ_PIECE_BYTES]
+            await anyio.lowlevel.checkpoint()
+        return
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    inflater = None
+    if encoding not in ("", "identity"):
+        if encoding not in ("gzip", "x-gzip", "deflate"):
+            raise BackendError(
+                f"the world model server sent its answer with Content-Encoding: {_excerpt(encoding)}, which is "
+                "not read here (requests ask for identity; gzip and deflate are read too)"
+            )
+        inflater = _Inflater(encoding)
+    async for raw in response.aiter_raw():
+        for start in range(0, len(raw), READ_PIECE_BYTES):
+            data = raw[start : start + READ_PIECE_BYTES]
+            for piece in inflater.feed(data) if inflater is not None else (data,):
+                yield piece
+                await anyio.lowlevel.checkpoint()
+
+
+def _decoded_lines(line: bytearray) -> list[str]:
+    """One line as text: a CR before the LF is dropped; a lone CR also ends a line (SSE allows CR, LF, CRLF)."""
+    text = line.decode("utf-8", errors="replace")
+    return text.removesuffix("\r").split("\r")
+
+
+async def _lines(
+    pieces: AsyncIterator[bytes], limit: int, too_long: Callable[[], Exception]
+) -> AsyncIterator[str]:
+    """The lines of a body, each at most `limit` bytes: a longer one raises `too_long()` as soon as it passes the
+    limit, before it is decoded or kept whole."""
+    pending = bytearray()
+    async with aclosing(pieces):
+        async for piece in pieces:
+            start = 0
+            while (end := piece.find(b"\n", start)) >= 0:
+                pending += piece[start:end]
+                if len(pending) > limit:
+                    raise too_long()
+                lines = _decoded_lines(pending)
+                pending.clear()
+                for line in lines:
+                    yield line
+                start = end + 1
+            pending += piece[start:]
+            if len(pending) > limit:
+                raise too_long()
+    if pending:
+        for line in _decoded_lines(pending):
+            yield line
+
+
+async def _read_limited(pieces: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
+    """The body, or its first `limit` bytes and True when it is longer (reading stops there)."""
+    body = bytearray()
+    async with aclosing(pieces):
+        async for piece in pieces:
+            body += piece
+            if len(body) > limit:
+                return bytes(body[:limit]), True
+    return bytes(body), False
+
+
 def _excerpt(text: str) -> str:
-    text = text.strip()
+    """A server's words as messages quote them: short, and without the API key (a server may echo its headers)."""
+    text = redact_secrets(text).strip()  # whole, then cut: a key cut in two would no longer be found
     return text if len(text) <= BODY_EXCERPT_CHARS else text[:BODY_EXCERPT_CHARS] + "…"
 
 
@@ -288,6 +413,7 @@ class OpenAIWorldModel(WorldModel):
         # not be able to collect AW_API_KEY.
         env_key = os.environ.get("AW_API_KEY") or None
         self.api_key = (api_key if api_key is not None else env_key) if send_api_key else None
+        register_secret(self.api_key)  # never echoed back: error texts, answers and trajectories redact it
         self.retries = max(0, retries)  # extra attempts after the first
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s  # a deadline for one generate(): every attempt, wait and stream included
@@ -334,7 +460,8 @@ class OpenAIWorldModel(WorldModel):
         return body
 
     def _headers(self, accept: str = "text/event-stream, application/json") -> dict[str, str]:
-        headers = {"Accept": accept}
+        # Uncompressed: a compressed body could expand a thousandfold in one step (_pieces inflates one anyway).
+        headers = {"Accept": accept, "Accept-Encoding": "identity"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
@@ -346,16 +473,30 @@ class OpenAIWorldModel(WorldModel):
         on_progress: ProgressCallback | None = None,
         call: CallRef | None = None,
     ) -> Generation:
+        try:
+            return await self._answer(messages, params, on_progress)
+        except BackendError as error:
+            # Every message built from a server's words is redacted where it is built; this is the last net.
+            message = str(error)
+            clean = redact_secrets(redact_text(message, self._raw_url))
+            if clean == message:
+                raise
+            raise BackendError(clean) from None
+
+    async def _answer(
+        self, messages: list[ChatMessage], params: GenerationParams, on_progress: ProgressCallback | None
+    ) -> Generation:
         body = self.request_body(messages, params)
         deadline = time.monotonic() + self.timeout_s
+        limit = params.max_answer_bytes
         constraint = params.constraint
         if constraint is None:
-            return await self._generate(body, on_progress, deadline)
+            return await self._generate(body, on_progress, deadline, limit)
         dialect = await self._server_dialect()
         refusals: list[tuple[str, _Rejected]] = []
         for form, fields in self._constraint_forms(constraint, dialect):
             try:
-                generation = await self._generate({**body, **fields}, on_progress, deadline)
+                generation = await self._generate({**body, **fields}, on_progress, deadline, limit)
             except _Rejected as rejection:
                 if not self._may_blame_constraint(form, rejection):
                     raise
@@ -365,7 +506,8 @@ class OpenAIWorldModel(WorldModel):
             self.constraint_support[form] = True
             generation.extra["constrained_as"] = form
             return generation
-        generation = await self._generate(body, on_progress, deadline)  # a refusal here too is reported
+        # Unconstrained, the last form: a refusal here too is reported.
+        generation = await self._generate(body, on_progress, deadline, limit)
         self._learn(constraint, dialect, refusals)
         generation.extra["constrained_as"] = UNCONSTRAINED
         return generation
@@ -397,14 +539,23 @@ class OpenAIWorldModel(WorldModel):
         return DIALECTS[key or "openai"]
 
     async def _get_json(self, url: str) -> Any:
-        """What a GET of `url` answers as JSON, or None (another status, or not JSON)."""
-        response = await self._client.get(
-            url, headers=self._headers("application/json"), timeout=min(PROBE_TIMEOUT_S, self.timeout_s)
-        )
-        if response.status_code != 200:
+        """What a GET of `url` answers as JSON, or None (another status, not JSON, or over PROBE_BODY_BYTES)."""
+        async with self._client.stream(
+            "GET",
+            url,
+            headers=self._headers("application/json"),
+            timeout=min(PROBE_TIMEOUT_S, self.timeout_s),
+        ) as response:
+            if response.status_code != 200:
+                return None
+            try:
+                raw, cut = await _read_limited(_pieces(response), PROBE_BODY_BYTES)
+            except (BackendError, _Retryable):
+                return None
+        if cut:
             return None
         try:
-            return response.json()
+            return json.loads(raw)
         except ValueError:
             return None
 
@@ -493,7 +644,7 @@ class OpenAIWorldModel(WorldModel):
                 )
 
     async def _generate(
-        self, body: dict[str, Any], on_progress: ProgressCallback | None, deadline: float
+        self, body: dict[str, Any], on_progress: ProgressCallback | None, deadline: float, limit: int
     ) -> Generation:
         attempts = self.retries + 1
         last_reason = "no attempt made"
@@ -501,7 +652,7 @@ class OpenAIWorldModel(WorldModel):
         for attempt in range(1, attempts + 1):
             try:
                 with anyio.fail_after(max(deadline - time.monotonic(), 0.0)):
-                    generation = await self._attempt(body, on_progress)
+                    generation = await self._attempt(body, on_progress, limit)
             except TimeoutError:
                 raise BackendError(
                     f"world model server {self.url} gave no complete answer within timeout_s={self.timeout_s:g} s "
@@ -539,7 +690,9 @@ class OpenAIWorldModel(WorldModel):
         base = self.backoff_s * 2 ** (attempt - 1)
         return base * (0.5 + random.random() / 2)
 
-    async def _attempt(self, body: dict[str, Any], on_progress: ProgressCallback | None) -> Generation:
+    async def _attempt(
+        self, body: dict[str, Any], on_progress: ProgressCallback | None, limit: int
+    ) -> Generation:
         constrained = not _CONSTRAINT_FIELDS.isdisjoint(body)
         try:
             async with self._client.stream(
@@ -549,9 +702,16 @@ class OpenAIWorldModel(WorldModel):
                     await self._raise_for_status(response, constrained)
                 content_type = response.headers.get("content-type", "")
                 if "text/event-stream" in content_type:
-                    acc = await self._read_stream(response.aiter_lines(), on_progress)
+                    lines = _lines(_pieces(response), wire_limit(limit), lambda: self._line_too_long(limit))
+                    async with aclosing(lines):
+                        acc = await self._read_stream(lines, on_progress, limit)
                 else:
-                    acc = self._read_whole(await response.aread())
+                    raw, cut = await _read_limited(_pieces(response), wire_limit(limit))
+                    if cut:
+                        raise AnswerTooLarge(
+                            self._source, limit, f"a response body of more than {wire_limit(limit):,} bytes"
+                        )
+                    acc = self._read_whole(raw, limit)
         except _StreamError as error:
             # SGLang answers a grammar it cannot compile with HTTP 200 and then an error chunk: a refusal as well.
             if constrained and _CONSTRAINT_WORDS.search(error.message):
@@ -568,16 +728,28 @@ class OpenAIWorldModel(WorldModel):
         if on_progress is not None:
             await on_progress(acc.tokens, "done")
         return Generation(
-            text=acc.content,
-            reasoning=acc.reasoning,
+            text=redact_secrets(acc.content),  # a server echoing its request's headers into the answer
+            reasoning=redact_secrets(acc.reasoning),
             finish_reason=acc.finish_reason,
             prompt_tokens=acc.prompt_tokens,
             completion_tokens=acc.completion_tokens,
         )
 
+    @property
+    def _source(self) -> str:
+        return f"world model server {self.url}"
+
+    def _line_too_long(self, limit: int) -> AnswerTooLarge:
+        return AnswerTooLarge(
+            self._source,
+            limit,
+            f"a stream line of more than {wire_limit(limit):,} bytes (reading stopped there)",
+        )
+
     async def _raise_for_status(self, response: httpx.Response, constrained: bool) -> None:
         status = response.status_code
-        text = (await response.aread()).decode("utf-8", errors="replace")
+        head, _ = await _read_limited(_pieces(response), ERROR_BODY_BYTES)
+        text = redact_secrets(head.decode("utf-8", errors="replace"))
         excerpt = _excerpt(text)
         reason = f"HTTP {status}: {excerpt or '(empty body)'}"
         # A server error that names the constraint is the server failing on it every time (llama-cpp-python answers
@@ -590,7 +762,9 @@ class OpenAIWorldModel(WorldModel):
             f"world model server {self.url} rejected the request: {reason}", status, text[:MAX_CHECKED_BODY]
         )
 
-    async def _read_stream(self, lines: Any, on_progress: ProgressCallback | None) -> _Accumulator:
+    async def _read_stream(
+        self, lines: AsyncIterator[str], on_progress: ProgressCallback | None, limit: int
+    ) -> _Accumulator:
         acc = _Accumulator()
         last_report = time.monotonic()
         done = False
@@ -606,9 +780,15 @@ class OpenAIWorldModel(WorldModel):
             except json.JSONDecodeError as error:
                 raise _Retryable(f"malformed stream chunk {_excerpt(data)!r}: {error}") from error
             self._apply_chunk(chunk, acc)
+            if acc.answer_bytes > limit:
+                raise AnswerTooLarge(
+                    self._source,
+                    limit,
+                    f"at least {acc.answer_bytes:,} bytes of answer (reading stopped there)",
+                )
             if on_progress is not None and time.monotonic() - last_report >= PROGRESS_INTERVAL_S:
                 last_report = time.monotonic()
-                await on_progress(acc.tokens, "answering" if acc.content else "thinking")
+                await on_progress(acc.tokens, "answering" if acc.answering else "thinking")
         if not done and acc.finish_reason is None:
             raise _Retryable(f"stream ended after {acc.chunks} chunk(s) without finishing")
         return acc
@@ -639,12 +819,11 @@ class OpenAIWorldModel(WorldModel):
                 )
             if reasoning or content:
                 acc.chunks += 1
-            acc.reasoning += reasoning
-            acc.content += content
+            acc.add_text(reasoning, content)
             if choice.get("finish_reason"):
                 acc.finish_reason = choice["finish_reason"]
 
-    def _read_whole(self, raw: bytes) -> _Accumulator:
+    def _read_whole(self, raw: bytes, limit: int) -> _Accumulator:
         text = raw.decode("utf-8", errors="replace")
         try:
             completion = json.loads(text)
@@ -659,13 +838,12 @@ class OpenAIWorldModel(WorldModel):
             isinstance(message.get(k) or "", str) for k in ("content", "reasoning_content", "reasoning")
         ):
             raise _Retryable(f"malformed response (no choices[0].message with text): {_excerpt(text)!r}")
-        acc = _Accumulator(
-            content=message.get("content") or "",
-            reasoning=_reasoning_of(message),
-            finish_reason=choices[0].get("finish_reason"),
-        )
+        acc = _Accumulator(finish_reason=choices[0].get("finish_reason"))
+        acc.add_text(_reasoning_of(message), message.get("content") or "")
+        if acc.answer_bytes > limit:
+            raise AnswerTooLarge(self._source, limit, f"an answer of {acc.answer_bytes:,} bytes")
         acc.add_usage(completion.get("usage"))  # type: ignore[union-attr]
-        acc.chunks = 1 if acc.content or acc.reasoning else 0
+        acc.chunks = 1 if acc.content_parts or acc.reasoning_parts else 0
         return acc
 
     async def aclose(self) -> None:

@@ -66,6 +66,13 @@ def resolve_backend(
     )
 
 
+def sends_api_key(choice: BackendChoice, trust_world_backend: bool = False) -> bool:
+    """Whether AW_API_KEY may go to `choice.base_url`, for calls and the pre-flight alike: always to a URL the
+    operator gave (--base-url, AW_BASE_URL); to one from the world file only with --trust-world-backend, so a shared
+    world file cannot collect the key."""
+    return trust_world_backend or not choice.base_url_from_world
+
+
 def open_backend(
     choice: BackendChoice,
     settings: ModelSettings,
@@ -81,10 +88,11 @@ def open_backend(
 
         return DemoWorldModel(world)
     if choice.backend == "openai":
-        from aw_mcp.backends.openai import OpenAIWorldModel, redact_url
+        from aw_mcp.backends.openai import OpenAIWorldModel
+        from aw_mcp.redaction import redact_url
 
         assert choice.base_url is not None
-        send_key = trust_world_backend or not choice.base_url_from_world
+        send_key = sends_api_key(choice, trust_world_backend)
         if not send_key and os.environ.get("AW_API_KEY"):
             log.warning(
                 "AW_API_KEY is not sent to %s: that URL comes from the world file; pass --base-url, set AW_BASE_URL, "

@@ -23,6 +23,7 @@ from aw_mcp.bench import Loaded, finished_keys, load_samples, model_output, read
 from aw_mcp.commands.judge import judge_one
 from aw_mcp.errors import UsageError
 from aw_mcp.judging import CLOSING, judge_system_prompt, load_closing, sample_judge_user_message
+from aw_mcp.private_files import open_private
 from aw_mcp.templates import prompt_dir
 from aw_mcp.world import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, ModelSettings
 
@@ -116,7 +117,7 @@ async def _bench(args: argparse.Namespace) -> int:
         )
     try:
         with (
-            output.open("a", encoding="utf-8") as out,
+            open_private(output, "a") as out,  # samples and answers: owner-only
             tqdm(total=len(pending), desc="bench", unit="sample") as bar,
         ):
 

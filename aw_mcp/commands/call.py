@@ -1,4 +1,7 @@
-"""`aw-mcp call`: one tool call from the terminal, printing the observation (exit 1 when it is an error)."""
+"""`aw-mcp call`: one tool call from the terminal, printing the observation (exit 1 when it is an error).
+
+stdout is the observation alone (pipe it to `jq`); stderr says how the call went and, when the answer is not the
+world model's (the demo backend), the same `[notice]` line the MCP result carries."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import sys
 
 import anyio
 
-from aw_mcp.commands.world_setup import add_backend_flags, add_world_flag, setup_world
+from aw_mcp.commands.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
 from aw_mcp.errors import UsageError
 
 
@@ -18,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("tool")
     parser.add_argument("--args", default="{}", help="tool arguments as a JSON object")
     add_backend_flags(parser)
+    add_preset_flag(parser)
     parser.set_defaults(func=run)
 
 
@@ -47,6 +51,8 @@ async def _call(args: argparse.Namespace, arguments: dict) -> int:
     if outcome.record is not None:
         status = "error" if outcome.is_error else "ok"
         print(f"[{status}, {outcome.record.latency_ms:.0f} ms]", file=sys.stderr)
+        if outcome.record.notice:  # not the world model's answer (demo): said as the MCP result says it
+            print(f"[{outcome.record.notice}]", file=sys.stderr)
     return 1 if outcome.is_error else 0
 
 

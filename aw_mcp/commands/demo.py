@@ -21,7 +21,7 @@ import anyio
 from aw_mcp.backends.demo import NOTICE
 from aw_mcp.bundled import resolve_world_path
 from aw_mcp.errors import UsageError
-from aw_mcp.report import text_summary, write_report
+from aw_mcp.report import faults_fired_text, text_summary, write_report
 from aw_mcp.world import WorldSpec, load_world
 
 DEFAULT_WORLD = "mcp_crm"
@@ -83,7 +83,8 @@ async def run_session(
                 print(f"  {note}")
         faults = await client.read_resource("world://faults")
         fired = json.loads(faults.contents[0].text)["faults"]  # type: ignore[union-attr]
-        print(f"\nworld://faults: {len(fired)} fault(s) fired")
+        without_effect = sum(not fault.get("applied", True) for fault in fired)
+        print(f"\nworld://faults: {faults_fired_text(len(fired), without_effect)}")  # as the summary counts
         for fault in fired:
             effect = "applied" if fault.get("applied", True) else f"no effect: {fault.get('reason', '')}"
             print(f"  call {fault['index']} {fault['tool']}: {fault['name']} ({fault['kind']}, {effect})")

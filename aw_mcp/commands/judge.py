@@ -33,6 +33,7 @@ from aw_mcp.judging import (
     parse_judgement,
     world_reference,
 )
+from aw_mcp.private_files import open_private
 from aw_mcp.prompting import Turn
 from aw_mcp.records import CallRecord, TrajectoryFormatError, read_trajectory
 from aw_mcp.report import judge_path, write_report
@@ -160,7 +161,7 @@ async def _judge(args: argparse.Namespace) -> int:
                 continue  # a line cut short by a crash: judged again
     judge = OpenAIWorldModel(args.base_url, args.model)
     try:
-        with out_path.open("a", encoding="utf-8") as out:
+        with open_private(out_path, "a") as out:  # it quotes the calls: owner-only, like the trajectory
             for job in judge_jobs(world, records):
                 if (job["session"], job["index"]) in done:
                     continue

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from aw_mcp.private_files import write_private_text
 from aw_mcp.report import aggregate_html, html_report, scorecard_of, summarize, text_summary
 from aw_mcp.scorecard import CHECKS, Rules, Scorecard, failing, parse_checks, scorecard_text
 
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         output = str(Path(summaries[0].path).with_suffix(".html"))
     if output is not None:
         page = html_report(summaries[0], card) if len(summaries) == 1 else aggregate_html(summaries, card)
-        Path(output).write_text(page, encoding="utf-8")
+        write_private_text(output, page)  # it quotes the calls: owner-only, like the trajectory
     if args.json:
         print(card.model_dump_json(indent=2))
     elif len(summaries) == 1:

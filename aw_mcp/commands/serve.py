@@ -5,17 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
 import anyio
 
-from aw_mcp.commands.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
+from aw_mcp.bundled import looks_like_path
+from aw_mcp.commands.world_setup import (
+    add_backend_flags,
+    add_preset_flag,
+    add_world_flag,
+    reproduce_flags,
+    setup_world,
+)
 from aw_mcp.http_guard import HttpOptions, check_exposure
 from aw_mcp.preflight import preflight
+from aw_mcp.private_files import write_private_text
 from aw_mcp.scorecard import score
 from aw_mcp.server import WorldApp, listen_socket, serve_http, serve_stdio
 from aw_mcp.session import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, SessionRegistry
@@ -23,12 +32,35 @@ from aw_mcp.session import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, SessionR
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
+EPILOG = """\
+examples:
+  aw-mcp serve --world mcp_crm --backend demo
+      try it without a model: answers are the world's own examples, labelled as such
+  aw-mcp serve --world mcp_crm --base-url http://127.0.0.1:8000/v1 --record run.jsonl
+      the world model on a vLLM/SGLang server; every call appended to run.jsonl
+  aw-mcp serve --world ./my_world.yaml --backend demo --transport http --port 8765
+      a world file of your own, over streamable HTTP at http://127.0.0.1:8765/mcp
+"""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="serve a world as an MCP server")
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a world as an MCP server",
+        description="Serve a world's tools as an MCP server; a world model answers every call.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_world_flag(parser)
     add_backend_flags(parser)
     add_preset_flag(parser)
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default): an MCP client starts this command and talks over stdin/stdout; http: streamable "
+        "HTTP at http://HOST:PORT/mcp for clients that connect to a URL",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     parser.add_argument(
@@ -76,13 +108,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def terminal_hint(world: str) -> str:
-    """One line for a person who started the server at a terminal: this is not a prompt, and how to connect."""
-    entry = json.dumps({"command": "aw-mcp", "args": ["serve", "--world", world]})
+def terminal_hint(world: str, flags: Sequence[str] | None = None) -> str:
+    """One line for a person who started the server at a terminal: this is not a prompt, and how to connect.
+    `flags` (world_setup.reproduce_flags) are the options that make the same server, repeated in both suggestions
+    so they work as printed (`--backend demo` above all: without it a base install has no model to use)."""
+    flags = list(flags) if flags is not None else ["--world", world]
+    name = Path(world).stem if looks_like_path(world) else world
+    entry = json.dumps({"command": "aw-mcp", "args": ["serve", *flags]})
     return (
         f"aw-mcp: serving world {world!r} as an MCP server on stdin/stdout; a terminal is not an MCP client. "
-        f'Connect an agent with an mcpServers entry such as {{"{world}": {entry}}}, try the tools by hand with '
-        f"`aw-mcp shell --world {world}`, or press Ctrl-C to quit."
+        f"Connect an agent with an mcpServers entry such as {{{json.dumps(name)}: {entry}}}, try the tools by hand "
+        f"with `{shlex.join(['aw-mcp', 'shell', *flags])}`, or press Ctrl-C to quit."
     )
 
 
@@ -118,8 +154,7 @@ def scorecard_writer(registry: SessionRegistry, path: Path, label: str) -> Calla
 
     def write() -> None:
         card = score([(label, list(journal))])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(card.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        write_private_text(path, card.model_dump_json(indent=2) + "\n")  # it quotes calls: owner-only
         print(
             f"aw-mcp: scorecard of {len(card.reactions)} graded reaction(s) written to {path}",
             file=sys.stderr,
@@ -144,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
     registry.idle_ttl_s = args.session_ttl if args.session_ttl > 0 else None
     registry.max_sessions = max(1, args.max_sessions)
     if args.preflight:
-        preflight(setup.backend)
+        # AW_API_KEY goes where calls send it: to a world file's own URL only with --trust-world-backend.
+        preflight(setup.backend, getattr(args, "trust_world_backend", False))
     app = WorldApp(setup.simulator, setup.spec_text)
     if args.scorecard:
         label = args.record or args.resume or f"aw-mcp serve --world {args.world}"
@@ -156,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             anyio.run(serve_http, app, options, sock)
             return 0
         if sys.stdin.isatty():
-            print(terminal_hint(args.world), file=sys.stderr, flush=True)
+            print(terminal_hint(args.world, reproduce_flags(args)), file=sys.stderr, flush=True)
             signal.signal(signal.SIGINT, exit_on_interrupt)
         anyio.run(serve_stdio, app)
         return 0

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from aw_mcp.commands.world_setup import add_backend_flags, add_world_flag, setup_world
+from aw_mcp.commands.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
 from aw_mcp.simulator import CallOutcome, Simulator, UnknownToolError
 
 COMMANDS = ("tools", "call", "history", "help", "quit", "exit")
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_world_flag(parser)
     parser.add_argument("--json", action="store_true", help="print each result as one JSON object per line")
     add_backend_flags(parser)
+    add_preset_flag(parser)
     parser.set_defaults(func=run)
 
 
@@ -169,6 +170,7 @@ class Shell:
         record = outcome.record
         faults = [f.to_json() for f in record.faults] if record is not None else []
         latency = round(record.latency_ms, 1) if record is not None else None
+        notice = record.notice if record is not None else None  # not the world model's answer (demo)
         if self.as_json:
             line = {
                 "tool": command.tool,
@@ -178,6 +180,7 @@ class Shell:
                 "structured": outcome.structured,
                 "latency_ms": latency,
                 "faults": faults,
+                "notice": notice,
             }
             self.say(json.dumps(line, ensure_ascii=False, default=str))
             return
@@ -187,6 +190,8 @@ class Shell:
             self.say(outcome.text)
         status = "error" if outcome.is_error else "ok"
         self.say(f"[{status}, {latency} ms]")
+        if notice:  # the label every MCP result of this call carries
+            self.say(f"[{notice}]")
         for fault in faults:
             self.say(f"[fault: {json.dumps(fault, ensure_ascii=False, default=str)}]")
 

@@ -1,29 +1,46 @@
-"""`aw-mcp validate`: check world files; every error in every file, `file:line: field: what was expected`."""
+"""`aw-mcp validate`: check world files; every error in every file, `file:line: field: what was expected`.
+
+A world is named as for every other command (aw_mcp/bundled.py resolve_world_path): a YAML file, or a bundled
+world's name; one that names nothing is one line with the same message `serve --world` gives."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from aw_mcp.bundled import resolve_world_path
+from aw_mcp.errors import UnknownWorldError
 from aw_mcp.world import validate_paths
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("validate", help="validate world YAML files")
-    parser.add_argument("paths", nargs="+", metavar="PATH")
+    parser = subparsers.add_parser("validate", help="validate world YAML files (or bundled worlds by name)")
+    parser.add_argument(
+        "paths", nargs="+", metavar="WORLD", help="a world YAML file, or the name of a bundled world"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    issues = validate_paths(args.paths)
+    paths: list[str | Path] = []
+    unknown: list[str] = []
+    for name in args.paths:
+        try:
+            paths.append(resolve_world_path(name))
+        except UnknownWorldError as exc:
+            unknown.append(f"aw-mcp validate: {exc}")  # word for word what `serve --world` says
+    issues = validate_paths(paths)
+    for line in unknown:
+        print(line, file=sys.stderr)
     for issue in issues:
         print(issue, file=sys.stderr)
     errors = [i for i in issues if i.severity == "error"]
     warnings = len(issues) - len(errors)
-    bad_files = len({i.path for i in errors})
+    bad_files = len({i.path for i in errors}) + len(unknown)
     total = len(args.paths)
-    if errors:
-        print(f"{len(errors)} problem(s) in {bad_files} of {total} file(s)", file=sys.stderr)
+    if errors or unknown:
+        print(f"{len(errors) + len(unknown)} problem(s) in {bad_files} of {total} file(s)", file=sys.stderr)
         return 1
     note = f" ({warnings} warning(s))" if warnings else ""
     print(f"{total} world file(s) valid{note}")

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
+from aw_mcp.backends.base import WorldModel
 from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resolve_backend
 from aw_mcp.bundled import resolve_world_path
 from aw_mcp.errors import UsageError
 from aw_mcp.perturb.presets import PRESET_NAMES, parse_preset
 from aw_mcp.records import TrajectoryWriter
-from aw_mcp.session import SessionRegistry
+from aw_mcp.session import ForkPointError, SessionRegistry
 from aw_mcp.simulator import Simulator, params_from_settings
 from aw_mcp.templates import PromptDir, prompt_dir
 from aw_mcp.world import SpecIssue, WorldSpec, WorldSpecError, load_world
@@ -71,6 +74,12 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--record", metavar="PATH", help="append one JSON line per call to this trajectory")
     group.add_argument("--resume", metavar="PATH", help="continue the session recorded in this trajectory")
+    group.add_argument(
+        "--at",
+        type=int,
+        metavar="K",
+        help="with --resume: keep the recorded session's first K calls and continue in a fork of it from there",
+    )
 
 
 def add_preset_flag(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +107,77 @@ def preset_from_flag(flag: str) -> object:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "name"
         raise UsageError(f"--preset {flag}: {where}: {first['msg']}") from None
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+def reproduce_flags(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> list[str]:
+    """The flags that set up the same world with the same backend, for a hint that repeats a running command
+    (`serve` at a terminal suggests an mcpServers entry and `aw-mcp shell`): the world, its prompts and presets,
+    the backend and its settings, and the sampling overrides. Paths are made absolute, since an MCP client starts
+    the server in a folder of its own; a backend, base URL or model taken from AW_BACKEND / AW_BASE_URL / AW_MODEL
+    is spelled out, since the client's environment may not have them. Never a secret: no API key or auth token,
+    and a base URL loses any `user:password@`. Trajectory flags (--record, --resume, --at) are left out: a second
+    process appending to the same file is not what a hint should suggest."""
+    from aw_mcp.redaction import redact_url
+
+    env = os.environ if env is None else env
+    world = str(args.world)
+    flags = ["--world", _absolute(world) if Path(world).is_file() else world]
+    if getattr(args, "prompts", None):
+        flags += ["--prompts", _absolute(args.prompts)]
+    for preset in getattr(args, "preset", None) or []:
+        flags += ["--preset", preset]
+    backend = getattr(args, "backend", None) or env.get("AW_BACKEND")
+    base_url = getattr(args, "base_url", None) or env.get("AW_BASE_URL")
+    model = getattr(args, "model", None) or env.get("AW_MODEL")
+    replay = getattr(args, "replay", None)
+    valued: list[tuple[str, object]] = [
+        ("--backend", backend),
+        ("--base-url", redact_url(base_url) if base_url else None),
+        ("--model", model),
+        ("--replay", _absolute(replay) if replay else None),
+        ("--device", getattr(args, "device", None)),
+        ("--dtype", getattr(args, "dtype", None)),
+        ("--max-model-len", getattr(args, "max_model_len", None)),
+        ("--seed", getattr(args, "seed", None)),
+        ("--temperature", getattr(args, "temperature", None)),
+        ("--max-tokens", getattr(args, "max_tokens", None)),
+    ]
+    flags += [item for flag, value in valued if value is not None for item in (flag, str(value))]
+    thinking = getattr(args, "thinking", None)
+    if thinking is not None:
+        flags.append("--thinking" if thinking else "--no-thinking")
+    if getattr(args, "trust_world_backend", False):
+        flags.append("--trust-world-backend")
+    return flags
+
+
+@dataclass
+class WorldOptions:
+    """What `aw-mcp serve` takes on its command line to set a world up, as one value (aw_mcp.Env passes one;
+    the commands pass their argparse namespace, which has the same attributes)."""
+
+    world: str
+    prompts: str | None = None
+    backend: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    replay: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    max_model_len: int | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    thinking: bool | None = None
+    trust_world_backend: bool = False
+    record: str | None = None
+    resume: str | None = None
+    at: int | None = None
+    preset: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -138,8 +218,12 @@ def apply_overrides(world: WorldSpec, args: argparse.Namespace) -> WorldSpec:
     return world
 
 
-def setup_world(args: argparse.Namespace) -> WorldSetup:
-    """Raises WorldSpecError / BackendConfigError / TrajectoryFormatError with a user-facing message."""
+def setup_world(
+    args: WorldOptions | argparse.Namespace,
+    open_model: Callable[[BackendChoice, WorldSpec], WorldModel] | None = None,
+) -> WorldSetup:
+    """Raises WorldSpecError / BackendConfigError / TrajectoryFormatError with a user-facing message.
+    `open_model`: how to get the backend for the chosen one (aw_mcp.Env shares one among its envs)."""
     path = resolve_world_path(args.world)
     world = apply_overrides(load_world(path), args)
     prompts = prompt_dir(getattr(args, "prompts", None), world.prompts, Path(path))
@@ -162,8 +246,17 @@ def setup_world(args: argparse.Namespace) -> WorldSetup:
     record_path = args.record or args.resume
     writer = TrajectoryWriter(record_path) if record_path else None
     registry = SessionRegistry(world, writer)
+    at = getattr(args, "at", None)
+    if at is not None and not args.resume:
+        raise UsageError("--at K needs --resume TRAJECTORY: the recorded session to continue from")
     if args.resume and Path(args.resume).exists():
-        registry.resume(args.resume)
-    backend = open_backend(choice, world.model, world, getattr(args, "trust_world_backend", False))
+        try:
+            registry.resume(args.resume, at=at)
+        except ForkPointError as exc:
+            raise UsageError(str(exc)) from None
+    if open_model is not None:
+        backend = open_model(choice, world)
+    else:
+        backend = open_backend(choice, world.model, world, getattr(args, "trust_world_backend", False))
     simulator = Simulator(world, backend, registry, params_from_settings(world.model), template=template)
     return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts, choice)

@@ -1,11 +1,15 @@
-"""`aw-mcp worlds`: list the bundled worlds."""
+"""`aw-mcp worlds`: list the bundled worlds, each with its whole description (wrapped to the terminal)."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import textwrap
 
 from aw_mcp.bundled import bundled_worlds
 from aw_mcp.world import WorldSpecError, load_world
+
+INDENT = "    "
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,13 +17,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def describe(text: str, width: int) -> list[str]:
+    """The description, every paragraph of it, wrapped to `width` and indented under the world's name."""
+    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
+    lines: list[str] = []
+    for paragraph in filter(None, paragraphs):
+        lines += textwrap.wrap(
+            paragraph, width=width, initial_indent=INDENT, subsequent_indent=INDENT, break_on_hyphens=False
+        )
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
-    for path in bundled_worlds():
+    width = max(40, min(100, shutil.get_terminal_size((100, 24)).columns - 1))
+    for number, path in enumerate(bundled_worlds()):
+        if number:
+            print()
         try:
             world = load_world(path)
         except WorldSpecError as exc:
             print(f"{path.stem:<24} INVALID: {exc.issues[0]}")
             continue
-        summary = (world.description.strip().splitlines() or [""])[0][:70]
-        print(f"{path.stem:<24} {world.domain:<9} {len(world.tools):>2} tools  {summary}")
+        print(f"{path.stem:<24} {world.domain:<9} {plural(len(world.tools), 'tool')}")
+        for line in describe(world.description, width):
+            print(line)
     return 0

@@ -333,6 +333,12 @@ class Catalog:
     def get(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
 
+    def copy(self) -> Catalog:
+        """The same live list, changed independently from here on (a forked world)."""
+        twin = Catalog(self.tools)
+        twin.applied, twin.added = set(self.applied), dict(self.added)
+        return twin
+
     def apply(self, name: str, fault: CatalogFault) -> dict[str, Any]:
         self.applied.add(name)
         removed = [n for n in fault.remove if self.get(n) is not None]

@@ -127,6 +127,13 @@ class Planner:
         self.seed = seed
         self._counts: dict[str, dict[str, int]] = {}
 
+    def fork(self, session_id: str, child_id: str, into: Planner | None = None) -> None:
+        """The child session continues the parent's fault sequence from the same position (`into`: the child's
+        planner when it has its own, else this one)."""
+        counts = self._counts.get(session_id)
+        if counts is not None:
+            (into or self)._counts[child_id] = dict(counts)
+
     def _counts_for(self, session_id: str, history: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, int]:
         counts = self._counts.get(session_id)
         if counts is None:

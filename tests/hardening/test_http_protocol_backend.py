@@ -50,10 +50,13 @@ def sse_json(response: httpx.Response) -> dict:
 
 
 @asynccontextmanager
-async def http_world(options: HttpOptions) -> AsyncIterator[tuple[str, Simulator]]:
-    world = load_world_text(SMALL_WORLD)
+async def http_world(
+    options: HttpOptions, world_text: str = SMALL_WORLD
+) -> AsyncIterator[tuple[str, Simulator]]:
+    """`build_http_app` served by uvicorn in this event loop (a scripted world model answers every call)."""
+    world = load_world_text(world_text)
     simulator = Simulator(world, ScriptedWorldModel(lambda *_: observation("Order cancelled.")))
-    asgi = build_http_app(WorldApp(simulator, SMALL_WORLD), options)
+    asgi = build_http_app(WorldApp(simulator, world_text), options)
     server = uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=options.port, log_level="warning"))
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)

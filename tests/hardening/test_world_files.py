@@ -1,8 +1,9 @@
-"""Items 1, 5, 6, 7 and 12 of issue 15: hostile world files end as `file:line` messages, never a hang, a
-traceback or a world that fails every call; plus the seeded world-file fuzzer."""
+"""Items 1, 5, 6, 7 and 12 of issue 15 and item 5 of issue 21: hostile world files end as `file:line` messages,
+never a hang, a traceback or a world that fails every call; plus the seeded world-file fuzzer."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -129,6 +130,102 @@ def test_airline_world_is_fixed_and_unknown_keywords_are_warnings_null_keywords_
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Issue 21, item 5: files that pass `validate` serve
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("snippet", "expected"),
+    [
+        ("description: !!bool maybe", "!!bool 'maybe': the tag cannot read this value"),
+        ("seed: !!int abc", "!!int 'abc'"),
+        ("model: {temperature: !!float abc}", "!!float 'abc'"),
+        ("now: !!timestamp garbage", "!!timestamp 'garbage'"),
+        ("state: !!set [a]", "!!set on a sequence"),
+        ("state: !!map x", "!!map 'x'"),
+        ("state: !!yaml x", "tag:yaml.org,2002:yaml"),
+        ("state: {!!int abc: 1}", "!!int 'abc'"),
+        ("seed: " + "9" * 5000, "!!int '999"),  # past Python's 4,300-digit int conversion limit
+    ],
+)
+def test_explicit_tags_with_unreadable_values_are_file_line_errors(
+    snippet: str, expected: str, tmp_path: Path
+) -> None:
+    text = f"name: x\ntools: [{{name: a}}]\n{snippet}\n"
+    message = errors_of(text)
+    assert message.startswith("w.yaml:3: (file): ") and expected in message and "\n" not in message, message
+    path = tmp_path / "w.yaml"  # `validate` too: one issue, no traceback
+    path.write_text(text)
+    assert [str(i) for i in validate_paths([path])] == [message.replace("w.yaml", str(path), 1)]
+
+
+@pytest.mark.parametrize(
+    ("snippet", "line"),
+    [
+        ('description: "\\uD800"', 3),
+        ('facts: ["ok", "a \\uDFFF fact"]', 3),
+        ('state:\n  note: "x\\uD83D\\uDE00"', 4),
+        ('state: {"k\\U0000DC00": 1}', 3),
+        ('tools: [{name: b, description: "\\uDBFF"}]', 2),
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_a_file_line_error(snippet: str, line: int) -> None:
+    message = errors_of(
+        f"name: x\ntools: [{{name: a}}]\n{snippet}\n".replace("tools: [{name: a}]\ntools", "tools")
+    )
+    assert message.startswith(f"w.yaml:{line}: (file): the text holds U+D") and "surrogate" in message, (
+        message
+    )
+    if "uD83D" in snippet:  # a JSON-style pair: the message names the character's escape
+        assert "\\U0001F600" in message
+
+
+def test_huge_texts_and_names_are_file_line_errors() -> None:
+    started = time.monotonic()
+    message = errors_of("name: " + "n" * 8_000_000 + "\ntools: [{name: a}]\n")
+    assert (
+        message
+        == "w.yaml:1: (file): a text of 8,000,000 characters; a world file value holds at most 1,000,000"
+    )
+    assert time.monotonic() - started < 60  # reading 8 MB of YAML is linear; a generous bound for a slow box
+    assert "w.yaml:1: name: a world name (the MCP server's) is one line of at most 128" in errors_of(
+        "name: " + "n" * 129 + "\ntools: [{name: a}]\n"
+    )
+    assert "holds a control character" in errors_of('name: "a\\tb"\ntools: [{name: a}]\n')
+    big = "name: x\ntools: [{name: a}]\nfacts: [ok]\ndescription: |\n  " + "word " * 80_000 + "\n"
+    message = errors_of(big)
+    assert (
+        message.startswith("w.yaml:4: description: the world's own text needs about") and "refused" in message
+    )
+    load_world_text(
+        big.replace("facts: [ok]", "model: {context_tokens: 1000000}")
+    )  # it fits a larger context
+
+
+@pytest.mark.parametrize(
+    ("snippet", "expected"),
+    [
+        ("properties: {2026-01-01: {type: string}}", "the key '2026-01-01' at #/properties is a YAML date"),
+        ("properties: {1: {type: string}}", "the key '1' at #/properties is a YAML int"),
+        ("properties: {a: {type: string, default: !!set {x}}}", "#/properties/a/default is a YAML set"),
+        (
+            "properties: {a: {type: number, maximum: .nan}}",
+            "nan at #/properties/a/maximum is not a JSON number",
+        ),
+        ("properties: {a: {type: string, const: 2026-01-01}}", "#/properties/a/const is a YAML date"),
+    ],
+)
+def test_schema_values_that_json_cannot_carry_are_errors(snippet: str, expected: str) -> None:
+    message = errors_of(f"name: x\ntools:\n  - name: a\n    inputSchema: {{type: object, {snippet}}}\n")
+    assert (
+        message.startswith("w.yaml:4: tools[0].inputSchema: inputSchema must be JSON: ")
+        and expected in message
+    )
+    example = "examples: [{arguments: {when: 2026-01-01}, result: ok}]"
+    assert "arguments must be JSON" in errors_of(f"name: x\ntools: [{{name: a, {example}}}]\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The fuzzer
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -138,7 +235,18 @@ HANG_S = 5.0
 
 
 def one_call_works(world: WorldSpec) -> str | None:
-    """None when a call to the world's first tool gets through the pipeline without an internal error."""
+    """None when the world serves: what the server sends for it (the initialize answer's name and instructions,
+    the tool list) is JSON in UTF-8, and a call to its first tool gets an answer that is too, with no internal
+    error and no refusal for a prompt that cannot fit."""
+    served = {
+        "serverInfo": {"name": f"aw-mcp:{world.name}", "title": f"AgentWorld: {world.name}"},
+        "instructions": world.description.strip() or None,
+        "tools": [tool.wire() for tool in world.tools],
+    }
+    try:
+        json.dumps(served, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        return f"initialize or tools/list is not JSON in UTF-8: {type(exc).__name__}: {exc}"
     tool = world.tools[0]
     example = tool.examples[0] if tool.examples else None
     answer = str(example.result) if example is not None else '{"ok": true}'
@@ -148,8 +256,15 @@ def one_call_works(world: WorldSpec) -> str | None:
         outcome = await simulator.call(tool.name, example.arguments if example else {})
         record = outcome.record
         assert record is not None
-        internal = "Internal simulator error" in outcome.text
-        return f"{record.error}: {outcome.text[:200]}" if internal else None
+        if "Internal simulator error" in outcome.text or "cannot be simulated" in outcome.text:
+            return f"{record.error}: {outcome.text[:200]}"
+        try:
+            json.dumps([outcome.text, outcome.structured], ensure_ascii=False, allow_nan=False).encode(
+                "utf-8"
+            )
+        except (TypeError, ValueError) as exc:
+            return f"the call's answer is not JSON in UTF-8: {type(exc).__name__}: {exc}"
+        return None
 
     return anyio.run(call)
 

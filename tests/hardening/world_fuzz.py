@@ -134,6 +134,101 @@ def tool_name_newline(rng: random.Random, text: str) -> str:
     return text.replace("- name: ", '- name: "x\\n', 1).replace('"x\\n', '"get_z\\n"\n    x-was: ', 1)
 
 
+# Issue 21, item 5: explicit tags whose value the tag cannot read (or can, into a non-JSON value), lone UTF-16
+# surrogates and huge texts, anywhere a value or a key can stand.
+TAGGED_VALUES = [
+    "!!bool maybe",
+    "!!bool yes",
+    "!!int abc",
+    "!!int 0x1F",
+    "!!int " + "9" * 5000,
+    "!!float abc",
+    "!!float 1e999",
+    "!!float .nan",
+    "!!timestamp garbage",
+    "!!timestamp 2026-02-30",
+    "!!timestamp 2026-01-01",
+    "!!set [a]",
+    "!!set {a, b}",
+    "!!set {}",
+    "!!map x",
+    "!!map [a]",
+    "!!seq x",
+    "!!seq {a: 1}",
+    "!!omap x",
+    "!!omap [{a: 1}, {b: 2}]",
+    "!!pairs [{a: 1}]",
+    "!!pairs x",
+    "!!yaml x",
+    "!!null x",
+    "!!str",
+    "!!merge x",
+    "!!value x",
+    "!<tag:yaml.org,2002:int> 7",
+    "!local x",
+    "!!python/object/apply:os.system [echo]",
+    "2026-01-01",
+    "2026-01-01T09:00:00Z",
+    "9" * 5000,
+]
+SURROGATES = ["\\uD800", "\\uDFFF", "\\uD83D\\uDE00", "\\U0000DC00", "a\\uDBFFb"]
+
+
+def explicit_tag(rng: random.Random, text: str) -> str:
+    lines = _lines(text)
+    candidates = [i for i, line in enumerate(lines) if ": " in line]
+    if not candidates:
+        return text
+    i = rng.choice(candidates)
+    key, _, value = lines[i].partition(": ")
+    tagged = rng.choice(TAGGED_VALUES)
+    if rng.random() < 0.25:  # as a key
+        indent = key[: len(key) - len(key.lstrip(" -"))]
+        lines[i] = f"{indent}{tagged}: {value}"
+    else:
+        lines[i] = f"{key}: {tagged}"
+    return "\n".join(lines)
+
+
+def lone_surrogate(rng: random.Random, text: str) -> str:
+    lines = _lines(text)
+    candidates = [i for i, line in enumerate(lines) if ": " in line]
+    if not candidates:
+        return text
+    i = rng.choice(candidates)
+    key, _, value = lines[i].partition(": ")
+    odd = rng.choice(SURROGATES)
+    if rng.random() < 0.25:  # in a key
+        indent = key[: len(key) - len(key.lstrip(" -"))]
+        lines[i] = f'{indent}"{key.lstrip(" -")}{odd}": {value}'
+    else:
+        lines[i] = f'{key}: "{value.strip(chr(34))[:40]}{odd}"'
+    return "\n".join(lines)
+
+
+def huge_scalar(rng: random.Random, text: str) -> str:
+    """A text just past the loader's cap (a bigger one only takes longer to read), or a big one under it."""
+    from aw_mcp.spec_source import MAX_SCALAR_CHARS
+
+    size = rng.choice([MAX_SCALAR_CHARS + 1, MAX_SCALAR_CHARS + 10_000, 200, 5_000, 60_000, 250_000, 400_000])
+    lines = _lines(text)
+    candidates = [i for i, line in enumerate(lines) if ": " in line]
+    if not candidates:
+        return text
+    i = rng.choice(candidates)
+    key, _, _ = lines[i].partition(": ")
+    filler = rng.choice(["n", "ab ", "é"]) * size
+    style = rng.choice(["plain", "quoted", "block"])
+    if style == "block":
+        indent = " " * (len(key) - len(key.lstrip(" -")) + 2)
+        lines[i] = f"{key}: |\n{indent}{filler[:size]}"
+    elif style == "quoted":
+        lines[i] = f'{key}: "{filler[:size]}"'
+    else:
+        lines[i] = f"{key}: {filler[:size].strip() or 'n'}"
+    return "\n".join(lines)
+
+
 MUTATIONS: list[Mutation] = [
     replace_value,
     replace_value,
@@ -146,6 +241,10 @@ MUTATIONS: list[Mutation] = [
     recursive_ref,
     odd_scalars,
     tool_name_newline,
+    explicit_tag,
+    explicit_tag,
+    lone_surrogate,
+    huge_scalar,
 ]
 
 
