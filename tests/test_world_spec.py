@@ -169,3 +169,25 @@ def test_call_with_bad_json_arguments_is_a_usage_error(capsys: pytest.CaptureFix
         == 2
     )
     assert "--args is not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "where"),
+    [
+        ("readOnlyHint: true", 'readOnlyHint: "yes"', "readOnlyHint: Input should be a valid boolean"),
+        ("seed: 7", 'seed: "7"', "seed: Input should be a valid integer"),
+        (
+            "now: 2026-03-01T09:00:00Z",
+            'now: 2026-03-01T09:00:00Z\nmodel: {temperature: "0.6"}',
+            "model.temperature",
+        ),
+    ],
+)
+def test_numbers_and_booleans_are_strict(before: str, after: str, where: str) -> None:
+    """Quoted, a number or a boolean is text: an error at its line, never a silent coercion (README: strict)."""
+    assert before in SMALL_WORLD
+    with pytest.raises(WorldSpecError, match=where):
+        load_world_text(SMALL_WORLD.replace(before, after, 1), "w.yaml")
+    assert (
+        load_world_text(SMALL_WORLD + "model: {temperature: 1}\n").model.temperature == 1.0
+    )  # an int reads as a float
