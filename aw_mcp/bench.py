@@ -14,12 +14,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from aw_mcp.answer_parser import parse_answer
 from aw_mcp.backends.base import ChatMessage
 from aw_mcp.domains import DOMAINS
 from aw_mcp.errors import InputError
 from aw_mcp.jsonl import read_models
 from aw_mcp.judging import DIMENSIONS, normalized
-from aw_mcp.prompting import parse_answer
 
 DISPLAY = {
     "mcp": "MCP",

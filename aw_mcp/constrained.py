@@ -27,12 +27,26 @@ import copy
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema
 
+from aw_mcp.answer_frame import observation_frame
 from aw_mcp.backends.base import AnswerConstraint
-from aw_mcp.schema_check import Pointer, pointer_text
+from aw_mcp.domains import TAGGED_DOMAINS
+from aw_mcp.schema_walk import Pointer, pointer_text, rebuild
+
+
+class ToolOutput(Protocol):
+    """What this module reads of a tool (world.ToolSpec has it; world.py imports this module, not the reverse)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def outputSchema(self) -> dict[str, Any] | None: ...
+    @property
+    def outputWrapper(self) -> str | None: ...
+
 
 ERROR_BODY_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -124,37 +138,21 @@ def _checked_formats() -> frozenset[str]:
 
 
 def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
-    """A copy of `schema` that the grammar engine can take in full, and what was relaxed to get it."""
+    """A new schema that the grammar engine can take in full, and what was relaxed to get it (rebuilt by the one
+    schema walker, schema_walk.rebuild: values that are not subschemas are shared with `schema`)."""
     notes: list[Relaxation] = []
     checked = _checked_formats()
 
-    def walk(node: Any, here: Pointer) -> Any:
-        if isinstance(node, list):
-            return [walk(v, (*here, i)) for i, v in enumerate(node)]
-        if not isinstance(node, dict):
-            return node
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            at = (*here, key)
-            if key in _DROPPED:
-                notes.append(Relaxation(at, key, _DROPPED[key]))
-                continue
-            if key in ("properties", "$defs", "definitions", "dependentSchemas") and isinstance(value, dict):
-                kept = {}
-                for name, sub in value.items():
-                    if (
-                        sub is False and key == "properties"
-                    ):  # the grammar rejects `false`; strictness omits it
-                        notes.append(
-                            Relaxation((*at, name), "false", "a property that must be absent is left out")
-                        )
-                        continue
-                    kept[name] = walk(sub, (*at, name))
-                out[key] = kept
-            elif key in ("examples", "default", "const", "enum") or str(key).startswith("x-"):
-                out[key] = value  # values (or extensions), not schemas
-            else:
-                out[key] = walk(value, at)
+    def drop(at: Pointer, value: Any, keyword: bool) -> bool:
+        if keyword and at[-1] in _DROPPED:
+            notes.append(Relaxation(at, str(at[-1]), _DROPPED[str(at[-1])]))
+            return True
+        if not keyword and value is False and at[-2] == "properties":  # the grammar rejects `false`
+            notes.append(Relaxation(at, "false", "a property that must be absent is left out"))
+            return True
+        return False
+
+    def finish(out: dict[str, Any], here: Pointer) -> dict[str, Any]:
         if isinstance(out.get("oneOf"), list):
             notes.append(
                 Relaxation((*here, "oneOf"), "oneOf", "decoded as anyOf (exactly-one is not enforced)")
@@ -216,7 +214,7 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
                 out = combined or out
         return out
 
-    return walk(schema, ()), notes
+    return rebuild(schema, finish, drop), notes
 
 
 def merge_schemas(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
@@ -299,15 +297,10 @@ def tool_grammar(output_schema: dict[str, Any], wrapper: str | None) -> ToolGram
 
 def answer_frame(domain: str) -> tuple[str, str]:
     """The text around the observation in the trained answer of this domain."""
-    from aw_mcp.domains import TAGGED_DOMAINS
-    from aw_mcp.prompting import OBSERVATION_MARKER
-
-    if domain in TAGGED_DOMAINS:
-        return "<predicted_observation>\n", "\n</predicted_observation>"
-    return f"{OBSERVATION_MARKER}\n", ""
+    return observation_frame(tagged=domain in TAGGED_DOMAINS)
 
 
-def constraint_for(tool: Any, domain: str) -> AnswerConstraint | None:
+def constraint_for(tool: ToolOutput, domain: str) -> AnswerConstraint | None:
     """The constraint for one call of `tool` (a ToolSpec), or None when it has no output schema."""
     if tool.outputSchema is None:
         return None
@@ -324,7 +317,7 @@ def constraint_for(tool: Any, domain: str) -> AnswerConstraint | None:
     )
 
 
-def relaxation_warnings(tool: Any) -> list[tuple[Pointer, str]]:
+def relaxation_warnings(tool: ToolOutput) -> list[tuple[Pointer, str]]:
     """(pointer into outputSchema, message) for each load-time warning about this tool's grammar."""
     if tool.outputSchema is None:
         return []

@@ -26,6 +26,7 @@ from typing import Any
 
 from aw_mcp.backends.base import AnswerConstraint
 from aw_mcp.constrained import MAX_CACHED, merge_schemas
+from aw_mcp.schema_walk import DanglingRef, LocalRefs
 
 
 class NotExpressible(ValueError):
@@ -162,27 +163,11 @@ class _Unsupported(Exception):
     """A pattern the grammar cannot follow (the caller leaves it to validation)."""
 
 
-def _pointer_target(root: Any, ref: str) -> Any:
-    """What `#/a/b` points at in `root`."""
-    if ref == "#":
-        return root
-    node = root
-    for raw in ref[2:].split("/"):
-        key = raw.replace("~1", "/").replace("~0", "~").replace("%25", "%")
-        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        elif isinstance(node, dict) and key in node:
-            node = node[key]
-        else:
-            raise NotExpressible(f"the reference {ref!r} points at nothing")
-    return node
-
-
 class _GrammarWriter:
     """Writes the rules of one grammar; every method returns an atom (a rule name or a literal)."""
 
     def __init__(self, root: dict[str, Any], indent: int) -> None:
-        self.root = root
+        self._pointers = LocalRefs(root)  # `#/...` references into the answer's schema
         self.indent = indent
         self.rules: dict[str, str] = {}
         self.loosened: list[str] = []
@@ -295,7 +280,10 @@ class _GrammarWriter:
         ref = schema["$ref"]
         if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
             raise NotExpressible(f"the reference {ref!r} at {where or '/'} is not into this schema")
-        target = _pointer_target(self.root, ref)
+        try:
+            target = self._pointers.lookup(ref)
+        except DanglingRef:
+            raise NotExpressible(f"the reference {ref!r} points at nothing") from None
         siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in _ANNOTATIONS}
         if siblings:
             merged = merge_schemas(target, siblings) if isinstance(target, dict) else None

@@ -16,27 +16,35 @@ stripped of surrounding whitespace:
 - The closing request, `CLOSING` below.
 The system message is the domain's rubric (prompts/<domain>/judge_system_prompt.txt, our wording in the official
 structure); `aw-mcp judge` appends the world reference it grades against when no real output was recorded.
+The answer's extraction and the marker cleaning are the `EVAL_PY` dialect of the one answer parser
+(answer_parser.py); the judge's own reply is read there too (`without_thinking`, `json_candidates`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from aw_mcp.answer_parser import (
+    EVAL_PY,
+    json_candidates,
+    json_object,
+    parse_answer,
+    repair_json,
+    strip_marker,
+    without_thinking,
+)
 from aw_mcp.backends.base import ChatMessage, GenerationParams
 from aw_mcp.errors import UsageError
-from aw_mcp.prompting import OBSERVATION_MARKER, render_facts, render_state, render_tool_definitions
+from aw_mcp.prompting import render_facts, render_state, render_tool_definitions
 from aw_mcp.templates import fill_slots
 from aw_mcp.world import WorldSpec
 
 DIMENSIONS: tuple[str, ...] = ("format", "factuality", "consistency", "realism", "quality")
 JUDGE_TAG = "final_evaluation"
-# The tag eval.py extracts the world model's answer from, in every domain (an untagged answer is taken whole).
-ANSWER_TAG = "predicted_observation"
 NO_OUTPUT = "No output"  # what eval.py judges when the answer is empty once the thinking is gone
 # The official evaluation samples its judge like the world model.
 JUDGE_PARAMS = GenerationParams(temperature=0.6, max_tokens=32768)
@@ -106,56 +114,6 @@ def judge_system_prompt(template: str, reference: str | None) -> str:
     return fill_slots(template, {"world_reference": section}).rstrip() + "\n"
 
 
-def strip_marker(text: str) -> str:
-    """The observation without the `**Environment Observation:**` marker, as eval.py cleans both sides: cut when
-    the (unstripped) text starts with it, else every occurrence removed; stripped either way."""
-    if text.startswith(OBSERVATION_MARKER):
-        return text[len(OBSERVATION_MARKER) :].strip()
-    return text.replace(OBSERVATION_MARKER, "").strip()
-
-
-_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
-_ANSWER_OPEN = re.compile(rf"<{ANSWER_TAG}>", re.IGNORECASE)
-_ANSWER_CLOSE = re.compile(rf"</{ANSWER_TAG}>", re.IGNORECASE)
-
-
-def _drop_thinking(text: str) -> str:
-    """The text without its thinking, cut as eval.py cuts it: each `<think>` with the next unpaired `</think>`
-    (nested blocks merge), a stray `</think>` takes everything before it, an unclosed `<think>` everything after
-    it up to a `<predicted_observation>` (or the end). Stripped when anything was cut; untouched otherwise."""
-    tags = sorted(
-        [(m.start(), m.end(), True) for m in _THINK_OPEN.finditer(text)]
-        + [(m.start(), m.end(), False) for m in _THINK_CLOSE.finditer(text)]
-    )
-    if not tags:
-        return text
-    paired: set[int] = set()
-    cuts: list[tuple[int, int]] = []
-    for i, (start, _, opens) in enumerate(tags):
-        if not opens or i in paired:
-            continue
-        close = next((j for j in range(i + 1, len(tags)) if j not in paired and not tags[j][2]), None)
-        if close is not None:
-            paired |= {i, close}
-            cuts.append((start, tags[close][1]))
-    for i, (start, end, opens) in enumerate(tags):
-        if i in paired:
-            continue
-        if not opens:
-            cuts.append((0, end))
-        else:
-            answer = _ANSWER_OPEN.search(text, start)
-            cuts.append((start, answer.start() if answer else len(text)))
-    kept, position = [], 0
-    for start, end in sorted(cuts):
-        if start > position:
-            kept.append(text[position:start])
-        position = max(position, end)
-    kept.append(text[position:])
-    return "".join(kept).strip()
-
-
 def judge_output(generation: str) -> str:
     """The world model's answer as eval.py hands it to the judge (from the reply's content, thinking excluded):
     thinking removed, then the last `<predicted_observation>` block up to its close (or the end) when there is
@@ -163,13 +121,8 @@ def judge_output(generation: str) -> str:
     in `judge_user_message`, as on the ground truth's side)."""
     if not generation:
         return NO_OUTPUT
-    text = _drop_thinking(generation)
-    opens = list(_ANSWER_OPEN.finditer(text))
-    if not opens:
-        return text.strip() or NO_OUTPUT
-    rest = text[opens[-1].end() :]
-    close = _ANSWER_CLOSE.search(rest)
-    return (rest[: close.start()] if close else rest).strip()
+    parsed = parse_answer(generation, dialect=EVAL_PY)  # the eval.py dialect of the one answer parser
+    return parsed.observation if parsed.framed else parsed.observation or NO_OUTPUT
 
 
 def judge_user_message(
@@ -270,61 +223,16 @@ def normalized(mean: float) -> float:
     return (mean - 1) / 4 * 100
 
 
-_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 _TAGGED = re.compile(rf"<{JUDGE_TAG}>(.*?)(?:</{JUDGE_TAG}>|\Z)", re.DOTALL | re.IGNORECASE)
-_FENCED = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)
-
-
-def _without_thinking(text: str) -> str:
-    lower = text.lower()
-    if "</think>" in lower and "<think>" not in lower[: lower.rfind("</think>")]:
-        text = text[lower.rfind("</think>") + len("</think>") :]  # the template opened the think block
-    return _THINK.sub("", text)
-
-
-def _objects(text: str) -> list[str]:
-    """Every balanced {...} span, outermost first, in order (strings and escapes respected)."""
-    found, depth, start, in_string, escaped = [], 0, -1, False, False
-    for i, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            continue
-        if char == '"' and depth:
-            in_string = True
-        elif char == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif char == "}" and depth:
-            depth -= 1
-            if depth == 0:
-                found.append(text[start : i + 1])
-    return found
-
-
-def _repair(candidate: str) -> str:
-    candidate = re.sub(r",(\s*[}\]])", r"\1", candidate)  # trailing commas
-    candidate = re.sub(r"'(\w+)'(\s*:)", r'"\1"\2', candidate)  # single-quoted keys
-    return re.sub(r"([{,]\s*)([A-Za-z_]\w*)(\s*:)", r'\1"\2"\3', candidate)  # bare keys
 
 
 def _load(candidate: str) -> dict[str, Any] | None:
-    texts = [candidate, _repair(candidate)]
+    value = json_object(candidate)
+    if value is not None:
+        return value
     scores = re.search(r'"scores"\s*:\s*\{[^{}]*\}', candidate)
     if scores is not None:  # last resort: the scores alone, when the rest will not parse
-        texts.append(_repair("{" + scores.group(0) + "}"))
-    for text in texts:
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
+        return json_object(repair_json("{" + scores.group(0) + "}"), repair=False)
     return None
 
 
@@ -351,11 +259,11 @@ def parse_judgement(raw: str) -> Judgement | None:
     """The judge's scores, or None when none can be found. Forgiving: the tag may be missing or unclosed, the JSON
     fenced or bare, with trailing commas, quoted oddly, or surrounded by prose; the last object holding "scores"
     wins."""
-    text = _without_thinking(raw or "")
+    text = without_thinking(raw or "")
     tagged = _TAGGED.findall(text)
     regions = [tagged[-1], text] if tagged else [text]
     for region in regions:
-        candidates = [m for m in _FENCED.findall(region) if m.lstrip().startswith("{")] + _objects(region)
+        candidates = json_candidates(region)
         loaded = [obj for obj in (_load(c) for c in candidates) if obj is not None]
         with_scores = [obj for obj in loaded if isinstance(obj.get("scores"), dict)]
         if with_scores:

@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aw_mcp.answer_parser import parse_json_observation
 from aw_mcp.context_budget import clip_value
-from aw_mcp.prompting import parse_json_observation
 from aw_mcp.records import CallRecord
 from aw_mcp.world import ToolSpec
 

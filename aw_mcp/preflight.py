@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from aw_mcp.backends.resolve import DEFAULT_MODEL, BackendChoice, sends_api_key
 from aw_mcp.engine_extra import require_engine
 from aw_mcp.errors import ServeError
 from aw_mcp.redaction import redact_secrets, redact_text, redact_url
+from aw_mcp.settings import read_settings
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def weight_bytes(model: str) -> int | None:
                 return size
         except LocalEntryNotFoundError:
             pass
-        if not os.environ.get("HF_HUB_OFFLINE"):
+        if not read_settings().hf_hub_offline:
             info = HfApi().model_info(model, files_metadata=True, timeout=PREFLIGHT_TIMEOUT_S)
             sizes = [s.size or 0 for s in info.siblings or [] if s.rfilename.endswith(".safetensors")]
             if sum(sizes):
@@ -261,7 +261,7 @@ def preflight(choice: BackendChoice, trust_world_backend: bool = False) -> None:
     send it too (`trust_world_backend`: as `--trust-world-backend`, for a URL from the world file)."""
     if choice.backend == "openai":
         assert choice.base_url is not None
-        key = os.environ.get("AW_API_KEY") or None
+        key = read_settings().api_key_value
         send = sends_api_key(choice, trust_world_backend)
         check_openai(
             choice.base_url, choice.model, key if send else None, withheld_key=bool(key) and not send

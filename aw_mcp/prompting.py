@@ -1,4 +1,5 @@
-"""The world-model conversation: render it in the trained format of its domain, and parse the model's answer.
+"""The world-model conversation, rendered in the trained format of its domain (the answer is read by
+answer_parser.py; the frame's fixed text is answer_frame.py's).
 
 Format (facts: docs/trained-format.md in the shared docs; README "The trained format"): a system prompt from the
 domain's template with the world filled into named slots; one user turn per agent action, `### Turn N` on its own
@@ -11,27 +12,31 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import itertools
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from aw_mcp import androidworld, browsergym
+from aw_mcp.answer_frame import (
+    ACTION,
+    CURRENT_STATE,
+    NOTES_HEADER,
+    TASK_INSTRUCTION,
+    observation_frame,
+    turn_heading,
+)
 from aw_mcp.backends.base import ChatMessage
 from aw_mcp.domains import TAGGED_DOMAINS
 from aw_mcp.templates import BUNDLED, SYSTEM_SLOTS, fill_slots
-from aw_mcp.world import WorldSpec
+
+if TYPE_CHECKING:  # annotations only: world.py imports this module (its prompt-size check renders the prompt)
+    from aw_mcp.world import WorldSpec
 
 __all__ = ["SYSTEM_SLOTS", "fill_slots"]
 
-OBSERVATION_MARKER = "**Environment Observation:**"
-CURRENT_STATE = "**Current State:**"
-TASK_INSTRUCTION = "**Task Instruction:**"
-NOTES_HEADER = "**World notes for this step:**"
 DEMONSTRATIONS_INTRO = (
     "Demonstrations: real calls of these tools and what they returned. Copy their shape, field names, id and date "
     "formats and level of detail."
@@ -97,13 +102,13 @@ def render_demonstrations(world: WorldSpec) -> str:
     for tool in world.tools:
         for example in tool.examples:
             result = render_result(example.result)
-            answer = (
-                f"<predicted_observation>\n{result}\n</predicted_observation>"
-                if world.domain in TAGGED_DOMAINS
-                else render_observation_turn(world, tool.name, result)
-            )
+            if world.domain in TAGGED_DOMAINS:
+                prefix, suffix = observation_frame(tagged=True)
+                answer = f"{prefix}{result}{suffix}"
+            else:
+                answer = render_observation_turn(world, tool.name, result)
             blocks.append(
-                f"## Example {len(blocks) + 1}\n### Turn 1\n**Action:**\n"
+                f"## Example {len(blocks) + 1}\n{turn_heading(1)}\n{ACTION}\n"
                 f"{render_action(world, tool.name, example.arguments)}\n{answer}"
             )
     if not blocks:
@@ -227,18 +232,19 @@ def render_user_turn(
         parts.append(f"{TASK_INSTRUCTION}\n{world.task.strip()}")
     if screen is not None:
         parts.append(f"{CURRENT_STATE}\n{screen}")
-    parts.append(f"**Action:**\n{render_action(world, tool, arguments)}")
+    parts.append(f"{ACTION}\n{render_action(world, tool, arguments)}")
     notes = [n for n in notes if n]
     if notes:
         parts.append(NOTES_HEADER + "\n" + "\n".join(f"- {n}" for n in notes))
-    return f"### Turn {number}\n" + "\n\n".join(parts)
+    return f"{turn_heading(number)}\n" + "\n\n".join(parts)
 
 
 def render_observation_turn(world: WorldSpec, tool: str, observation: str) -> str:
     """An observation as the assistant turn that answered it: search results in their trained fenced block."""
     if world.domain == "search" and tool == "web_search" and not observation.startswith("```"):
         observation = _fence(observation)
-    return f"{OBSERVATION_MARKER}\n{observation}"
+    prefix, _ = observation_frame(tagged=False)
+    return f"{prefix}{observation}"
 
 
 def message_digest(message: ChatMessage) -> bytes:
@@ -251,109 +257,3 @@ def messages_hash(messages: Sequence[ChatMessage], digests: Sequence[bytes] | No
     if digests is None:
         digests = [message_digest(m) for m in messages]
     return hashlib.sha256(b"".join(digests)).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Parsing the model's answer
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ParsedAnswer:
-    observation: str
-    thinking: str
-
-
-_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL | re.IGNORECASE)
-_THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
-_PREDICTED = re.compile(
-    r"<predicted_observation>(.*?)(?:</predicted_observation>|\Z)", re.DOTALL | re.IGNORECASE
-)
-_MARKER = re.compile(r"(?:\*\*|##+\s*)?Environment Observation(?:\*\*)?\s*:(?:\*\*)?", re.IGNORECASE)
-_FENCE = re.compile(r"^```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)\n?```$", re.DOTALL)
-
-
-def _split_thinking(text: str) -> tuple[str, str]:
-    thoughts = [m.group(1).strip() for m in _THINK_BLOCK.finditer(text)]
-    rest = _THINK_BLOCK.sub("", text)
-    lower = rest.lower()
-    if "</think>" in lower:
-        # A stray close tag: the chat template opened <think> in the prompt, so all before it is thinking.
-        cut = lower.rfind("</think>")
-        thoughts.append(_THINK_TAG.sub("", rest[:cut]).strip())
-        rest = rest[cut + len("</think>") :]
-    elif "<think>" in lower:
-        # Unclosed: the model never finished thinking. Keep any answer it still wrote after a marker.
-        start = lower.find("<think>")
-        tail = rest[start + len("<think>") :]
-        answer_at = min(
-            (m.start() for m in (_PREDICTED.search(tail), _MARKER.search(tail)) if m is not None),
-            default=None,
-        )
-        if answer_at is None:
-            thoughts.append(tail.strip())
-            rest = rest[:start]
-        else:
-            thoughts.append(tail[:answer_at].strip())
-            rest = rest[:start] + tail[answer_at:]
-    return rest, "\n\n".join(t for t in thoughts if t)
-
-
-def _trim_lines(text: str) -> str:
-    """Drop blank lines at both ends; every other byte (indentation, a prompt's trailing space) stays."""
-    if not text.strip():
-        return ""
-    text = re.sub(r"\A(?:[ \t]*\n)+", "", text)
-    return re.sub(r"(?:\n[ \t]*)+\Z", "", text.rstrip("\n"))
-
-
-def _trim(text: str) -> str:
-    """An answer after its marker or tag: text on the marker's own line (`**Environment Observation:** ok`) loses
-    the spaces before it; a block on the following lines keeps its indentation (a `view` listing starts with
-    spaces)."""
-    first, newline, rest = text.partition("\n")
-    return _trim_lines(first.lstrip(" \t") + newline + rest if first.strip() else rest)
-
-
-def strip_code_fence(text: str) -> str:
-    """Unwrap one code fence that encloses the whole text (models like to fence JSON and screens)."""
-    trimmed = _trim(text)
-    match = _FENCE.match(trimmed)
-    return _trim_lines(match.group(2)) if match else trimmed
-
-
-def parse_answer(text: str, reasoning: str = "") -> ParsedAnswer:
-    rest, thinking = _split_thinking(text or "")
-    thinking = "\n\n".join(t for t in (reasoning.strip(), thinking) if t)
-    predicted = list(_PREDICTED.finditer(rest))
-    if predicted:
-        body = predicted[-1].group(1)  # the last block is the answer (as the official parser reads it)
-    else:
-        markers = list(_MARKER.finditer(rest))
-        body = rest[markers[-1].end() :] if markers else rest
-    body = body.replace("</predicted_observation>", "")
-    return ParsedAnswer(observation=strip_code_fence(body), thinking=thinking)
-
-
-_JSON_START = re.compile(r"[{\[]")
-MAX_JSON_STARTS = 32
-
-
-def parse_json_observation(observation: str) -> Any:
-    """The observation as JSON; tolerates fences and prose around one JSON object. Raises ValueError."""
-    text = strip_code_fence(observation)
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        pass
-    # Prose around the JSON: try decoding from the first few `{` / `[` only, without copying the text, so a long
-    # non-JSON answer costs a bounded number of scans instead of one per bracket (quadratic).
-    decoder = json.JSONDecoder()
-    starts = (m.start() for m in _JSON_START.finditer(text))
-    for start in itertools.islice(starts, MAX_JSON_STARTS):
-        try:
-            value, _ = decoder.raw_decode(text, start)
-            return value
-        except (json.JSONDecodeError, RecursionError):
-            continue
-    raise ValueError("the observation is not JSON")

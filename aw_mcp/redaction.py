@@ -10,9 +10,10 @@ key everywhere would garble texts and protect nothing.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from urllib.parse import urlsplit, urlunsplit
+
+from aw_mcp.settings import SettingsError, read_settings
 
 MIN_SECRET_CHARS = 8
 MASK = "***"
@@ -64,7 +65,10 @@ def known_secrets() -> list[str]:
     """The registered secrets and AW_API_KEY, longest first (so a key that contains another goes whole)."""
     with _lock:
         found = set(_secrets)
-    env_key = os.environ.get("AW_API_KEY")
+    try:
+        env_key = read_settings().api_key_value
+    except SettingsError:  # another variable is bad: the process stops on it; the key it sends is registered
+        env_key = None
     if env_key and len(env_key) >= MIN_SECRET_CHARS:
         found.add(env_key)
     return sorted(found, key=len, reverse=True)

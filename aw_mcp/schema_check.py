@@ -2,8 +2,9 @@
 to itself without consuming part of the value (which would recurse forever at call time), and every keyword is
 one JSON Schema 2020-12 knows (a typo or a YAML slip such as `{description: a, b.}` becomes an unknown keyword).
 
-References are resolved with `referencing`, the library jsonschema itself uses; nothing is fetched, so a ref to
-another file, a URL or a URN that the schema does not define is reported rather than failing later.
+References are resolved with `referencing`, the library jsonschema itself uses, through the one schema walker
+(schema_walk.py); nothing is fetched, so a ref to another file, a URL or a URN that the schema does not define is
+reported rather than failing later.
 
 Regular expressions (`pattern`, `patternProperties`, and `propertyNames` through its `pattern`) are matched by RE2,
 whose time is linear in the text: jsonschema's own `re.search` backtracks, and `^(a+)+$` against 28 `a`s and a `!`
@@ -25,14 +26,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin
 
 import jsonschema
 import re2
-import referencing
-import referencing.exceptions
 from jsonschema.exceptions import ValidationError
-from referencing.jsonschema import DRAFT202012
+
+from aw_mcp.schema_walk import (
+    LOOKUP_ERRORS,
+    Pointer,
+    children,
+    lookup,
+    pointer_text,
+    schema_registry,
+    walk,
+)
 
 try:  # optional: a backtracking engine with a timeout, for the patterns RE2 cannot take
     import regex as _backtracking
@@ -40,26 +47,6 @@ except ImportError:  # pragma: no cover - it comes with the engine extra (transf
     _backtracking = None
 
 log = logging.getLogger(__name__)
-
-Pointer = tuple[str | int, ...]
-
-# Keywords whose subschemas apply to the same value (a ref cycle through only these never ends).
-_IN_PLACE_ONE = ("not", "if", "then", "else")
-_IN_PLACE_LIST = ("allOf", "anyOf", "oneOf")
-_IN_PLACE_MAP = ("dependentSchemas",)
-# Keywords whose subschemas apply to a part of the value, or only hold definitions.
-_CHILD_ONE = (
-    "additionalProperties",
-    "items",
-    "contains",
-    "propertyNames",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "additionalItems",
-    "contentSchema",
-)
-_CHILD_LIST = ("prefixItems",)
-_CHILD_MAP = ("properties", "patternProperties", "$defs", "definitions")
 
 ANNOTATIONS = frozenset(
     {
@@ -86,78 +73,39 @@ ANNOTATIONS = frozenset(
 )
 KNOWN_KEYWORDS = frozenset(jsonschema.Draft202012Validator.VALIDATORS) | ANNOTATIONS
 
-DEFAULT_BASE = "urn:aw-mcp:schema"
 
-
-@dataclass(frozen=True)
-class SchemaNode:
-    """A subschema, where it sits (a JSON pointer as path parts) and its base URI for resolving refs."""
-
-    schema: dict[str, Any]
-    pointer: Pointer
-    base: str
-
-
-def pointer_text(pointer: Pointer) -> str:
-    return "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in pointer)
-
-
-def _children(node: SchemaNode) -> Iterator[tuple[Any, Pointer, bool]]:
-    """(subschema, pointer, applies to the same value) for each subschema directly under `node`."""
-    schema, here = node.schema, node.pointer
-    for key in _IN_PLACE_ONE + _CHILD_ONE:
-        if key in schema:
-            yield schema[key], (*here, key), key in _IN_PLACE_ONE
-    for key in _IN_PLACE_LIST + _CHILD_LIST:
-        if isinstance(schema.get(key), list):
-            for i, item in enumerate(schema[key]):
-                yield item, (*here, key, i), key in _IN_PLACE_LIST
-    for key in _IN_PLACE_MAP + _CHILD_MAP:
-        if isinstance(schema.get(key), dict):
-            for name, item in schema[key].items():
-                yield item, (*here, key, name), key in _IN_PLACE_MAP
-    if isinstance(schema.get("items"), list):  # the pre-2020 tuple form
-        for i, item in enumerate(schema["items"]):
-            yield item, (*here, "items", i), False
-
-
-def walk(schema: Any) -> Iterator[SchemaNode]:
-    """Every object subschema, depth first, each with its pointer and base URI (`$id` changes the base)."""
+def dangling_ref(schema: Any) -> str | None:
+    """The first local `$ref` (`#/...`) that points at nothing: jsonschema only notices one when a value reaches
+    it, which would turn a later tool call into an internal error instead of an import-time warning."""
     if not isinstance(schema, dict):
-        return
-    stack = [SchemaNode(schema, (), DEFAULT_BASE)]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node.schema) in seen:  # YAML aliases may share one object
-            continue
-        seen.add(id(node.schema))
-        ident = node.schema.get("$id")
-        if isinstance(ident, str):
-            node = SchemaNode(node.schema, node.pointer, urljoin(node.base, ident))
-        yield node
-        for child, pointer, _ in _children(node):
-            if isinstance(child, dict):
-                stack.append(SchemaNode(child, pointer, node.base))
-
-
-def _registry(schema: dict[str, Any]) -> referencing.Registry[Any]:
-    resource = DRAFT202012.create_resource(schema)
-    return referencing.Registry().with_resource(DEFAULT_BASE, resource).crawl()  # type: ignore[no-any-return]
+        return None
+    try:
+        registry = schema_registry(schema)
+        nodes = list(walk(schema))
+    except Exception:  # noqa: BLE001 -- malformed beyond walking (an importer's raw input): validation says why
+        return None
+    for node in nodes:
+        ref = node.schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/"):
+            try:
+                lookup(registry, node.base, ref)
+            except Exception:  # noqa: BLE001 -- LOOKUP_ERRORS, or a malformed schema on the way: nothing there
+                return ref
+    return None
 
 
 def ref_problem(schema: Any) -> str | None:
     """Why the schema's references are unusable (naming the `$ref` by its JSON pointer), or None."""
     if not isinstance(schema, dict):
         return None
-    registry = _registry(schema)
+    registry = schema_registry(schema)
     nodes = list(walk(schema))
     pointers = {id(n.schema): n.pointer for n in nodes}
     # Edges between subschemas applied to the same value: in-place applicators and references.
     edges: dict[int, list[tuple[int, Pointer]]] = {}
     for node in nodes:
         out = edges.setdefault(id(node.schema), [])
-        for child, pointer, in_place in _children(node):
+        for child, pointer, in_place in children(node):
             if in_place and isinstance(child, dict):
                 out.append((id(child), pointer))
         for keyword in ("$ref", "$dynamicRef"):
@@ -168,14 +116,14 @@ def ref_problem(schema: Any) -> str | None:
             if not isinstance(ref, str):
                 return f"{keyword} at {where} must be a string"
             try:
-                target = registry.resolver(node.base).lookup(ref)
-            except referencing.exceptions.Unresolvable:
+                target = lookup(registry, node.base, ref)
+            except LOOKUP_ERRORS:
                 return (
                     f"{keyword} {ref!r} at {where} cannot be resolved (only references inside this schema "
                     "work: `#/$defs/name`, `#`, an `$anchor`; other files and URLs are not fetched)"
                 )
-            if isinstance(target.contents, dict) and id(target.contents) in pointers:
-                out.append((id(target.contents), (*node.pointer, keyword)))
+            if isinstance(target, dict) and id(target) in pointers:
+                out.append((id(target), (*node.pointer, keyword)))
     # A cycle made only of same-value edges recurses forever whatever the value is.
     state: dict[int, int] = {}
     for start in edges:

@@ -1,7 +1,8 @@
 """The robustness scorecard: what the agent did about each fault that fired, read from the calls that followed it.
 
 A pure function of the trajectory (calls and tools/list lines), deterministic, grading only applied faults, each
-within its own session. The rules (README, "Robustness scorecard"):
+within its own session. Which category a fault's reaction falls in is its kind's entry in `perturb/kinds.py`
+(`grade`, or `not_graded` and why). The rules (README, "Robustness scorecard"):
 
 - transient (5xx, 408/425/429, timeouts, quota, hangs, protocol errors): a *retry* is a later call to the same tool
   that gives the same value for every argument both calls have (at least one, unless neither has any): optional
@@ -31,25 +32,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from aw_mcp.errors import UsageError
+from aw_mcp.perturb.kinds import CATEGORIES, KINDS, Category
 from aw_mcp.perturb.spec import ExpectCall
 from aw_mcp.records import CallRecord, FaultEntry, ForkPoint, ListingRecord, TrajectoryLine, read_lines
 
 SCORECARD_VERSION = 1
 
-Category = Literal["transient", "retry_after", "client_error", "injection", "catalog", "content"]
-CATEGORIES: tuple[Category, ...] = (
-    "transient",
-    "retry_after",
-    "client_error",
-    "injection",
-    "catalog",
-    "content",
-)
 OUTCOMES: dict[Category, tuple[str, ...]] = {
     "transient": ("recovered", "bounded", "gave_up", "futile"),
     "retry_after": ("honoured", "ignored", "not_retried"),
@@ -58,9 +51,6 @@ OUTCOMES: dict[Category, tuple[str, ...]] = {
     "catalog": ("adapted", "called_removed"),
     "content": ("rechecked", "not_rechecked"),
 }
-_TRANSIENT_STATUS = {408, 425, 429}
-_CONTENT_KINDS = {"stale", "wrong_content", "counterfactual", "truncate", "empty", "malformed"}
-_UNGRADED_KINDS = {"latency": "a delay leaves nothing to react to", "oversized": "nothing to react to"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -257,21 +247,17 @@ def _retries(failed: CallRecord, later: CallRecord) -> bool:
 
 
 def _category(entry: FaultEntry) -> Category | None:
-    kind = entry.kind
-    if kind in ("hang", "protocol_error"):
-        return "transient"
-    if kind == "error":
-        status = getattr(entry, "status", None)
-        if not isinstance(status, int):
-            return "transient"  # a timeout
-        return "transient" if status >= 500 or status in _TRANSIENT_STATUS else "client_error"
-    if kind == "inject":
-        return "injection"
-    if kind == "catalog":
-        return "catalog"
-    if kind in _CONTENT_KINDS:
-        return "content"
-    return None
+    """The category its kind grades it in (None: a kind this aw-mcp does not know, or one it does not grade)."""
+    kind = KINDS.get(entry.kind)
+    return kind.category(entry) if kind is not None else None
+
+
+def _not_graded(entry: FaultEntry) -> str | None:
+    """Why a fault that fired is not graded, or None when it is."""
+    if not entry.applied:
+        return f"fired without effect: {entry.reason or 'no reason recorded'}"
+    kind = KINDS.get(entry.kind)
+    return kind.not_graded if kind is not None else None
 
 
 @dataclass
@@ -585,11 +571,7 @@ def score(
             for call in session.calls:
                 for entry in call.faults:
                     fired += 1
-                    reason = None
-                    if not entry.applied:
-                        reason = f"fired without effect: {entry.reason or 'no reason recorded'}"
-                    elif entry.kind in _UNGRADED_KINDS:
-                        reason = _UNGRADED_KINDS[entry.kind]
+                    reason = _not_graded(entry)
                     if reason is None:
                         reactions += grader.grade(call, entry)
                     else:

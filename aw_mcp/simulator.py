@@ -3,10 +3,10 @@
 Every failure inside a call becomes an `isError` outcome the agent can read; only an unknown tool is a protocol
 error (the server maps UnknownToolError to JSON-RPC -32602), and a `protocol_error` fault asks for one on purpose.
 
-The perturbations that fire on one call are applied by `perturb/phases.py` in two phases, each called once here:
-before the world model (latency, hang / protocol_error / error, stale, content instructions) and after it (inject,
-truncate, empty, oversized, malformed; then catalog changes). Their order is listed there and in the README,
-"Perturbations".
+One `Call` (aw_mcp/call.py) carries the call through every step here and in `perturb/phases.py`, which applies
+the perturbations that fire on it, each by its kind's entry in `perturb/kinds.py`: before the world model (delay,
+abort, replay, instruct) and after it (shape; then catalog changes). Their order is listed there and in the README,
+"Perturbations". The call's record is built from the `Call` once, when it commits.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import anyio
 import anyio.lowlevel
 import mcp.types as types
 
+from aw_mcp.answer_parser import parse_answer, parse_json_observation
 from aw_mcp.backends.base import (
     BackendError,
     CallRef,
@@ -32,6 +33,7 @@ from aw_mcp.backends.base import (
     answer_size,
     answer_size_problem,
 )
+from aw_mcp.call import Call
 from aw_mcp.constrained import constraint_for
 from aw_mcp.context_budget import (
     DEFAULT_CONTEXT_TOKENS,
@@ -41,18 +43,11 @@ from aw_mcp.context_budget import (
     prompt_budget,
 )
 from aw_mcp.errors import UserError
-from aw_mcp.perturb import apply
+from aw_mcp.perturb import apply, kinds, phases
 from aw_mcp.perturb.injections import BUILTIN_INJECTIONS
-from aw_mcp.perturb.phases import CallPerturbation
 from aw_mcp.perturb.planner import Planner
-from aw_mcp.perturb.spec import CatalogFault
 from aw_mcp.progress import Reporter, monotonic
-from aw_mcp.prompting import (
-    parse_answer,
-    parse_json_observation,
-    render_result,
-    render_system_prompt,
-)
+from aw_mcp.prompting import render_result, render_system_prompt
 from aw_mcp.records import CallRecord
 from aw_mcp.session import RecordingError, SessionRegistry, WorldSession
 from aw_mcp.transcript import Prompt
@@ -142,21 +137,13 @@ class Simulator:
         self.params = params or params_from_settings(world.model)
         self.output_retries = world.model.output_retries if output_retries is None else output_retries
         self.perturbations = world.all_perturbations()
+        for p in self.perturbations:
+            kinds.of(p.fault)  # every kind a world names has its entry
         self.planner = Planner(self.perturbations, world.seed)
         self.catalog = apply.Catalog(world.tools)
         self.slots = {**BUILTIN_INJECTIONS, **world.injections}
-        self._replay_catalog_changes()
-
-    def _replay_catalog_changes(self) -> None:
-        """A resumed world keeps the catalog changes its recorded calls made."""
-        by_name = {p.name: p for p in self.perturbations}
-        records = sorted((r for s in self.registry.sessions() for r in s.records), key=lambda r: r.time)
-        for record in records:
-            for fault in record.faults:
-                p = by_name.get(fault.name)
-                if p is not None and isinstance(p.fault, CatalogFault) and fault.applied:
-                    if p.name not in self.catalog.applied:
-                        self.catalog.apply(p.name, p.fault)
+        records = (r for s in self.registry.sessions() for r in s.records)
+        phases.restore_catalog(self.catalog, self.perturbations, records)
 
     def system_prompt(self, session: WorldSession) -> str:
         prompt = self._system_prompts.get(session)
@@ -208,23 +195,26 @@ class Simulator:
             raise await self._record_unknown(name, arguments, session)
         session.busy += 1
         try:
-            return await self._call(tool, arguments, session, report)
+            return await self._commit(self._start(tool, arguments, session, report))
         finally:
             session.busy -= 1
             session.last_used = self.registry.clock()
 
-    def _new_record(
-        self, session: WorldSession, tool: str, arguments: dict[str, Any], **fields: Any
-    ) -> CallRecord:
-        """The record of the session's next call (its index claimed now, so overlapping calls stay ordered)."""
-        return CallRecord(
+    def _start(
+        self, tool: ToolSpec, arguments: dict[str, Any], session: WorldSession, report: Reporter | None
+    ) -> Call:
+        """The context of the session's next call (its index claimed now, so overlapping calls stay ordered)."""
+        return Call(
             world=self.world.name,
-            session=session.id,
-            index=session.claim_index(),
             tool=tool,
             arguments=arguments,
-            forked_from=session.forked_from,
-            **fields,
+            session=session,
+            index=session.claim_index(),
+            report=monotonic(report),
+            seed=self.world.seed,
+            slots=self.slots,
+            catalog=self.catalog,
+            notice=getattr(self.backend, "notice", None),
         )
 
     async def _record_unknown(
@@ -233,10 +223,13 @@ class Simulator:
         """A call to a tool the world does not have (never had, or a catalog change removed) is recorded, so a
         report can tell that the agent kept using a removed tool; returns the error that refuses it."""
         error = UnknownToolError(name, [t.name for t in self.catalog.tools])
-        record = self._new_record(
-            session,
-            name,
-            arguments,
+        record = CallRecord(
+            world=self.world.name,
+            session=session.id,
+            index=session.claim_index(),
+            tool=name,
+            arguments=arguments,
+            forked_from=session.forked_from,
             observation=str(error),
             is_error=True,
             error="unknown tool",
@@ -248,35 +241,31 @@ class Simulator:
             log.warning("call to unknown tool %r not recorded: %s", name, exc)
         return error
 
-    async def _call(
-        self, tool: ToolSpec, arguments: dict[str, Any], session: WorldSession, report: Reporter | None
-    ) -> CallOutcome:
-        """One call, committed once: the record is written ahead and only then enters the session's history; a
-        call the client gave up on is recorded as cancelled, whatever answer arrived after."""
-        name = tool.name
-        record = self._new_record(session, name, arguments, notice=getattr(self.backend, "notice", None))
+    async def _commit(self, call: Call) -> CallOutcome:
+        """One call, committed once: its record, built from the call, is written ahead and only then enters the
+        session's history; a call the client gave up on is recorded as cancelled, whatever answer arrived after."""
+        name = call.tool.name
         started = time.perf_counter()
         try:
-            outcome = await self._run(tool, arguments, session, record, monotonic(report))
+            outcome = await self._run(call)
             await anyio.lowlevel.checkpoint_if_cancelled()  # the client gave up while the answer arrived
         except anyio.get_cancelled_exc_class():
-            record.error = "cancelled by the client"
-            record.in_history = False
-            record.latency_ms = (time.perf_counter() - started) * 1000
+            call.error = "cancelled by the client"
+            call.in_history = False
+            record = call.record(latency_ms=(time.perf_counter() - started) * 1000)
             with contextlib.suppress(RecordingError):
-                await self.registry.commit(session, record)
+                await self.registry.commit(call.session, record)
             raise
         except Exception as exc:  # a bug must cost one call, never the server
             outcome = CallOutcome(f"Internal simulator error while calling {name}: {exc}", is_error=True)
-            record.error = f"{type(exc).__name__}: {exc}"
-        record.latency_ms = (time.perf_counter() - started) * 1000
-        record.is_error = outcome.is_error
-        if record.observation is None:  # what the agent saw, even for failures
-            record.observation = outcome.text
+            call.error = f"{type(exc).__name__}: {exc}"
+        record = call.record(
+            latency_ms=(time.perf_counter() - started) * 1000, is_error=outcome.is_error, shown=outcome.text
+        )
         outcome.record = record
-        outcome.catalog_changed = any(f.kind == "catalog" for f in record.applied_faults())
+        outcome.catalog_changed = phases.changed_catalog(record.faults)
         try:
-            await self.registry.commit(session, record)
+            await self.registry.commit(call.session, record)
         except RecordingError as exc:  # the world did not take this call in: neither may the agent
             return CallOutcome(
                 f"The call to {name} could not be recorded, so it did not happen: {exc}",
@@ -285,73 +274,42 @@ class Simulator:
             )
         return outcome
 
-    async def _run(
-        self,
-        tool: ToolSpec,
-        arguments: dict[str, Any],
-        session: WorldSession,
-        record: CallRecord,
-        report: Reporter | None,
-    ) -> CallOutcome:
-        problems = tool.argument_problems(arguments)
+    async def _run(self, call: Call) -> CallOutcome:
+        problems = call.tool.argument_problems(call.arguments)
         if problems:
-            record.error = "invalid arguments"
-            text = f"Invalid arguments for tool {tool.name}: " + "; ".join(problems)
+            call.error = "invalid arguments"
+            text = f"Invalid arguments for tool {call.tool.name}: " + "; ".join(problems)
             return CallOutcome(text, is_error=True)
         pending = [p for p in self.perturbations if p.name not in self.catalog.applied]
         history = (
             [
                 (r.tool, r.arguments, r.is_error or r.error is not None)
-                for r in sorted(session.records, key=lambda r: r.index)
+                for r in sorted(call.session.records, key=lambda r: r.index)
             ]
             if pending
             else []
         )
-        firings = self.planner.plan(session.id, history, tool.name, arguments, only=pending)
-        perturbation = CallPerturbation(
-            firings,
-            seed=self.world.seed,
-            tool=tool,
-            arguments=arguments,
-            record=record,
-            slots=self.slots,
-            catalog=self.catalog,
+        call.firings = self.planner.plan(
+            call.session.id, history, call.tool.name, call.arguments, only=pending
         )
         try:
-            return await self._perturbed(perturbation, tool, arguments, session, record, report)
+            return await self._perturbed(call)
         finally:
-            perturbation.change_catalog()
+            phases.change_catalog(call)
 
-    async def _perturbed(
-        self,
-        perturbation: CallPerturbation,
-        tool: ToolSpec,
-        arguments: dict[str, Any],
-        session: WorldSession,
-        record: CallRecord,
-        report: Reporter | None,
-    ) -> CallOutcome:
-        """perturb (before) → prompt → world model → parse → perturb (after)."""
-        notes: list[str] | None = None
-
-        async def generate(extra: list[str]) -> CallOutcome:
-            nonlocal notes
-            if notes is None:  # what earlier calls established, read once the before-phase's waits are over
-                notes = session.ledger.notes(session.records, self._tool_or_original)
-                if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
-                    notes.append(
-                        f"This tool was added to the API during the session; its definition: {tool.wire()}"
-                    )
-            return await self._generate(tool, arguments, session, record, report, notes + extra)
-
-        early = await perturbation.before(session.records, report, generate)
-        if early.answer is not None:
-            answer = early.answer
+    async def _perturbed(self, call: Call) -> CallOutcome:
+        """perturb (before) → [the unperturbed answer, where a fault wants it] → prompt → world model → parse →
+        perturb (after)."""
+        plan = await phases.before(call)
+        if plan.wants_truth:
+            phases.settle_truth(call, plan, await self._generate(call, []))
+        if plan.answer is not None:
+            answer = plan.answer
             return CallOutcome(
-                answer.text, answer.structured, answer.is_error, protocol_error=early.protocol_error
+                answer.text, answer.structured, answer.is_error, protocol_error=plan.protocol_error
             )
-        outcome = await generate(early.notes)
-        changed = perturbation.after(outcome)
+        outcome = await self._generate(call, plan.notes)
+        changed = phases.after(call, plan, outcome)
         if changed is None:
             return outcome
         return CallOutcome(changed.text, structured=changed.structured, is_error=changed.is_error)
@@ -359,27 +317,27 @@ class Simulator:
     def _tool_or_original(self, name: str) -> ToolSpec | None:
         return self.catalog.get(name) or self.world.tool(name)
 
-    async def _generate(
-        self,
-        tool: ToolSpec,
-        arguments: dict[str, Any],
-        session: WorldSession,
-        record: CallRecord,
-        report: Reporter | None,
-        notes: list[str],
-    ) -> CallOutcome:
-        prompt = self._fit(session, tool, arguments, notes, record)
+    async def _generate(self, call: Call, extra: list[str]) -> CallOutcome:
+        """Ask the world model for this call, with `extra` notes added to the prompt."""
+        tool, session = call.tool, call.session
+        if call.notes is None:  # what earlier calls established, read once the before-phase's waits are over
+            call.notes = session.ledger.notes(session.records, self._tool_or_original)
+            if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
+                call.notes.append(
+                    f"This tool was added to the API during the session; its definition: {tool.wire()}"
+                )
+        prompt = self._fit(call, call.notes + extra)
         if prompt is None:
-            record.error = "prompt does not fit the context"
+            call.error = "prompt does not fit the context"
             return CallOutcome(
                 f"This call to {tool.name} cannot be simulated: its prompt alone needs more than the world "
                 f"model's context of {self.context_tokens:,} tokens (less {self.params.max_tokens:,} reserved for "
                 "the answer). Send smaller arguments.",
                 is_error=True,
             )
-        record.messages_hash = prompt.hash
-        outcome = await self._generate_observation(tool, arguments, prompt.messages, record, report)
-        if record.error is not None and is_context_overflow(record.error):
+        call.messages_hash = prompt.hash
+        outcome = await self._generate_observation(call, prompt.messages)
+        if call.error is not None and is_context_overflow(call.error):
             # The server counted more tokens than the estimate: show it half the remaining turns next time.
             shown = len(session.history) - session.compacted
             session.compacted += max(1, (shown + 1) // 2) if shown else 0
@@ -390,22 +348,16 @@ class Simulator:
         configured = self.world.model.context_tokens or getattr(self.backend, "context_tokens", None)
         return int(configured or DEFAULT_CONTEXT_TOKENS)
 
-    def _fit(
-        self,
-        session: WorldSession,
-        tool: ToolSpec,
-        arguments: dict[str, Any],
-        notes: list[str],
-        record: CallRecord,
-    ) -> Prompt | None:
+    def _fit(self, call: Call, notes: list[str]) -> Prompt | None:
         """The prompt with as much recent history as fits the budget (the oldest turns go first), or None when
         not even the prompt without history fits. Compaction only grows, so later prompts share a prefix."""
+        session = call.session
         budget = prompt_budget(self.context_tokens, self.params.max_tokens)
         start = min(session.compacted, len(session.history))
         while True:
             shown_notes = [compaction_note(start), *notes] if start else notes
             prompt = session.transcript.prompt(
-                self.system_prompt(session), tool.name, arguments, shown_notes, start=start
+                self.system_prompt(session), call.tool.name, call.arguments, shown_notes, start=start
             )
             if estimate_tokens(prompt.messages, prompt.chars) <= budget:
                 break
@@ -415,47 +367,32 @@ class Simulator:
             start += max(1, (len(session.history) - start) // 4)
         if start > session.compacted:
             session.compacted = start
-        record.compacted = start
+        call.compacted = start
         return prompt
 
-    async def _generate_observation(
-        self,
-        tool: ToolSpec,
-        arguments: dict[str, Any],
-        messages: list[dict[str, str]],
-        record: CallRecord,
-        report: Reporter | None,
-    ) -> CallOutcome:
+    async def _generate_observation(self, call: Call, messages: list[dict[str, str]]) -> CallOutcome:
         """`model.timeout_s` bounds the whole call: every output retry shares one deadline."""
         timeout_s = self.world.model.timeout_s
         with anyio.move_on_after(timeout_s) as deadline:
-            return await self._attempts(tool, arguments, messages, record, report)
+            return await self._attempts(call, messages)
         assert deadline.cancelled_caught
-        record.error = (
-            f"no valid observation within timeout_s = {timeout_s:g} s ({record.attempts} attempt(s))"
-        )
-        record.observation = None
+        call.error = f"no valid observation within timeout_s = {timeout_s:g} s ({call.attempts} attempt(s))"
+        call.observation = None
         return CallOutcome(
-            f"The simulated tool {tool.name} timed out: no valid result within {timeout_s:g} s "
-            f"({record.attempts} attempt(s); model.timeout_s bounds the whole call)",
+            f"The simulated tool {call.tool.name} timed out: no valid result within {timeout_s:g} s "
+            f"({call.attempts} attempt(s); model.timeout_s bounds the whole call)",
             is_error=True,
         )
 
-    async def _attempts(
-        self,
-        tool: ToolSpec,
-        arguments: dict[str, Any],
-        messages: list[dict[str, str]],
-        record: CallRecord,
-        report: Reporter | None,
-    ) -> CallOutcome:
+    async def _attempts(self, call: Call, messages: list[dict[str, str]]) -> CallOutcome:
+        tool, report = call.tool, call.report
         done_tokens = 0
         problem = ""
         for attempt in range(self.output_retries + 1):
-            record.attempts = attempt + 1
+            call.attempts = attempt + 1
             params = replace(
                 self.params,
-                seed=call_seed(self.world.seed, record.index, attempt),
+                seed=call_seed(self.world.seed, call.index, attempt),
                 constraint=constraint_for(tool, self.world.domain) if self.world.model.constrained else None,
             )
 
@@ -467,33 +404,33 @@ class Simulator:
 
             try:
                 generation: Generation = await self.backend.generate(
-                    messages, params, on_progress, CallRef(tool.name, arguments, record.index)
+                    messages, params, on_progress, CallRef(tool.name, call.arguments, call.index)
                 )
             except BackendError as exc:
-                record.error = str(exc)
+                call.error = str(exc)
                 return CallOutcome(f"The world model could not answer this call: {exc}", is_error=True)
             too_large = answer_size_problem(generation, params.max_answer_bytes)
             if too_large is not None:  # any backend's: the OpenAI one already stops reading there
-                record.error = str(too_large)
+                call.error = str(too_large)
                 return CallOutcome(f"The world model could not answer this call: {too_large}", is_error=True)
             done_tokens += generation.completion_tokens or 0
             notice = generation.extra.get("notice")
-            if (
-                isinstance(notice, str) and notice
-            ):  # the backend labels this answer itself (a demo answer replayed
-                record.notice = notice  # for other arguments): the MCP result and the trajectory say so
-            record.raw, record.reasoning = generation.text, generation.reasoning or None
+            if isinstance(notice, str) and notice:
+                # The backend labels this answer itself (a demo answer replayed for other arguments): the MCP
+                # result and the trajectory say so.
+                call.notice = notice
+            call.raw, call.reasoning = generation.text, generation.reasoning or None
             if answer_size(generation) > INLINE_ANSWER_BYTES:  # parsing and validation would hold the loop
                 observation, outcome, problem = await anyio.to_thread.run_sync(self._read, tool, generation)
             else:
                 observation, outcome, problem = self._read(tool, generation)
             if observation:
-                record.observation = observation
+                call.observation = observation
             if outcome is not None:
-                record.structured = outcome.structured
+                call.structured = outcome.structured
                 return outcome
-        record.error = f"no valid observation after {self.output_retries + 1} attempts: {problem}"
-        record.observation = None
+        call.error = f"no valid observation after {self.output_retries + 1} attempts: {problem}"
+        call.observation = None
         return CallOutcome(
             f"The simulated tool {tool.name} did not produce a valid result after {self.output_retries + 1} "
             f"attempts: {problem}",

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+# prompting.py renders the prompt for the size check; it reads WorldSpec in annotations only (no import cycle)
+from aw_mcp import prompting
 from aw_mcp.constrained import relaxation_warnings
 from aw_mcp.context_budget import CHARS_PER_TOKEN, DEFAULT_CONTEXT_TOKENS, prompt_budget
 from aw_mcp.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, TASK_DOMAINS, Domain
@@ -24,6 +26,7 @@ from aw_mcp.perturb.injections import BUILTIN_INJECTIONS, InjectionSlot
 from aw_mcp.perturb.presets import PresetRef, expand_presets, normalize_preset
 from aw_mcp.perturb.spec import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.schema_check import (
+    dangling_ref,
     json_problem,
     keyword_problems,
     ref_problem,
@@ -72,30 +75,6 @@ class ToolErrorSpec(StrictSpecModel):
     message: str
     when: str = ""
     status: int | None = Field(default=None, ge=100, le=599)
-
-
-def dangling_ref(schema: Any, root: Any = None) -> str | None:
-    """The first local `$ref` (`#/...`) that points at nothing: jsonschema only notices one when a value reaches
-    it, which would turn a later tool call into an internal error instead of an import-time warning."""
-    root = schema if root is None else root
-    if isinstance(schema, dict):
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/"):
-            node: Any = root
-            for part in ref[2:].split("/"):
-                part = part.replace("~1", "/").replace("~0", "~")
-                if isinstance(node, dict) and part in node:
-                    node = node[part]
-                elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                    node = node[int(part)]
-                else:
-                    return ref
-        children: Any = schema.values()
-    elif isinstance(schema, list):
-        children = schema
-    else:
-        return None
-    return next((bad for child in children if (bad := dangling_ref(child, root))), None)
 
 
 def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
@@ -457,8 +436,6 @@ class WorldSpec(StrictSpecModel):
         """The world's own text (its system prompt with the bundled template: description, tools and examples,
         facts, state; plus the first screen and task) must leave room for a call, or every call would be refused.
         Named at its largest part."""
-        from aw_mcp import prompting  # it imports this module
-
         system = prompting.render_system_prompt(self, self.now or "2026-01-01T00:00:00Z")
         chars = len(system) + len(self.screen or "") + len(self.task or "") + FIRST_TURN_CHARS
         context = self.model.context_tokens or DEFAULT_CONTEXT_TOKENS

@@ -1,14 +1,38 @@
 """Decode state, allocated once up front: per-slot KV for the full-attention layers, conv + recurrent state for the
-Gated DeltaNet layers. A sequence takes a slot when it starts and gives it back when it ends.
+Gated DeltaNet layers; and the device copies that move a slot's state in and out (`reset`, `snapshot`, `restore`).
+
+This is device memory only. Which sequence holds which slot, and which snapshots are kept, is the cache manager's
+(engine/cache_manager.py); the model runner is the one caller of the copies, when a step plan asks for them.
 
 One extra slot, `pad_slot`, is scratch that no sequence ever gets: the padded rows of a CUDA-graph decode step
 (see engine/cuda_graphs.py) read and write it, so padding can never touch a live sequence."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from engine.config import FULL_ATTENTION, Config
+
+
+@dataclass(eq=False)
+class Snapshot:
+    """A slot's whole state at the end of `tokens`: a copy, so restoring never aliases a slot that keeps decoding."""
+
+    tokens: tuple[int, ...]
+    keys: torch.Tensor  # [full layers, kv heads, L, head_dim]
+    values: torch.Tensor
+    conv: torch.Tensor  # [linear layers, conv_dim, width]
+    recurrent: torch.Tensor  # [linear layers, HV, K, V] fp32
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.keys, self.values, self.conv, self.recurrent))
 
 
 class Cache:
@@ -45,7 +69,6 @@ class Cache:
             dtype=torch.float32,
             device=device,
         )
-        self._free = list(range(num_slots))
 
     @staticmethod
     def bytes_per_slot(config: Config, max_len: int, dtype: torch.dtype) -> int:
@@ -82,20 +105,32 @@ class Cache:
             )
         return cls(config, int(slots), max_len, dtype, device)
 
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
+    def snapshot_bytes(self, length: int) -> int:
+        """The size of a snapshot of `length` tokens."""
+        return self.bytes_per_slot(self.config, length, self.keys.dtype)
 
-    def allocate(self) -> int:
-        if not self._free:
-            raise RuntimeError("no free cache slot")
-        self._free.sort()  # lowest first keeps running batches on consecutive slots (cheap views)
-        slot = self._free.pop(0)
+    # -- device copies (the model runner's, as a step plan asks) ----------------------------------------------
+    def reset(self, slot: int) -> None:
+        """A fresh start in `slot`: zero its DeltaNet state (attention reads only the positions a sequence wrote)."""
         self.conv[:, slot].zero_()
         self.recurrent[:, slot].zero_()
-        return slot
 
-    def free(self, slot: int) -> None:
-        if slot in self._free or not 0 <= slot < self.num_slots:
-            raise ValueError(f"slot {slot} is not in use")
-        self._free.append(slot)
+    def snapshot(self, slot: int, tokens: tuple[int, ...]) -> Snapshot:
+        """A copy of the state of `slot`, which holds exactly `tokens`: KV of positions [0, L) of every attention
+        layer, the conv and recurrent state of every DeltaNet layer."""
+        length = len(tokens)
+        return Snapshot(
+            tuple(tokens),
+            self.keys[:, slot, :, :length].clone(),
+            self.values[:, slot, :, :length].clone(),
+            self.conv[:, slot].clone(),
+            self.recurrent[:, slot].clone(),
+        )
+
+    def restore(self, snapshot: Snapshot, slot: int) -> None:
+        """Copy a snapshot's state into `slot`, which then holds its tokens."""
+        length = snapshot.length
+        self.keys[:, slot, :, :length].copy_(snapshot.keys)
+        self.values[:, slot, :, :length].copy_(snapshot.values)
+        self.conv[:, slot].copy_(snapshot.conv)
+        self.recurrent[:, slot].copy_(snapshot.recurrent)

@@ -15,13 +15,13 @@ import queue
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from engine import settings
 from engine.cache import Cache
+from engine.cache_manager import CacheManager
 from engine.checkpoint import load_checkpoint
 from engine.config import Config
 from engine.generation_config import SamplingDefaults, generation_config_override
@@ -29,6 +29,7 @@ from engine.llm_engine import LLMEngine
 from engine.loader import DEFAULT_MODEL
 from engine.memory_plan import RUNTIME_BYTES, MemoryPlan, model_weight_bytes, plan_memory
 from engine.model_runner import ModelRunner
+from engine.options import EngineOptions
 from engine.output_processor import OutputProcessor
 from engine.prefix_cache import PrefixCache
 from engine.sampling import SamplingParams, make_generator
@@ -40,14 +41,6 @@ from engine.structured import AnswerFormat, Constraint, GrammarCompiler, canonic
 logger = logging.getLogger(__name__)
 
 Prompt = str | list[int]
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
 
 
 class PromptTooLong(ValueError):
@@ -72,79 +65,26 @@ class RequestOutput:
     num_cached_tokens: int = 0  # prompt tokens restored from the prefix cache (vLLM's field)
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, config: Config, device: torch.device) -> torch.dtype:
-    """None: fp32 on CPU (bf16 matmuls are slow there), the checkpoint's dtype on an accelerator."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype is None or dtype == "auto":
-        return torch.float32 if device.type == "cpu" else _DTYPES.get(config.dtype, torch.bfloat16)
-    if dtype not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}")
-    return _DTYPES[dtype]
-
-
 class LLM:
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
-        *,
-        hf_compat_dtypes: bool = False,
-        max_model_len: int | None = None,
-        max_num_seqs: int = 8,
-        max_num_batched_tokens: int | None = None,
-        enable_prefix_caching: bool = True,
-        cache_memory_gb: float | None = None,
-        prefix_cache_memory_gb: float | None = None,
-        progress: bool = True,
-        static_decode: bool | None = None,
-        compile_decode: bool | None = None,
-        tokenizer: str | None = None,
-        generation_config: str | None = "auto",
+        **options: Any,
     ) -> None:
-        """`model`: a checkpoint folder, a hub id, a GGUF file (`model-Q4_K_M.gguf`, any part of a split set) or a
-        GGUF hub form (`unsloth/Qwen-AgentWorld-35B-A3B-GGUF:Q4_K_M`). `tokenizer`: an HF tokenizer (folder or hub
-        id) to use instead of the checkpoint's own.
-        `max_num_seqs`: cache slots, i.e. sequences decoding at once (more wait in order).
-        `max_num_batched_tokens`: tokens per step (decodes first, then prompt chunks; default 2048 on a GPU, 512 on
-        a CPU). `enable_prefix_caching` / `prefix_cache_memory_gb`: the hybrid prefix cache and its memory budget
-        (default: half the device memory left after the slots on a GPU, 2 GiB on a CPU).
-        `static_decode`: decode through the capture-safe step and CUDA graphs (default: on CUDA only; on a CPU
-        the eager step is faster, since it reads just the cached span and slot views without gathers).
-        `compile_decode` (CPU only; default from `AW_COMPILE=1`): run decode batches through `torch.compile`d
-        per-layer regions (`engine/models/decode_regions.py`), compiled on first use of each batch
-        size (seconds each).
-        `generation_config`, as vLLM's flag: "auto" applies the checkpoint's recommended sampling settings
-        (generation_config.json, or a GGUF's general.sampling.* metadata) wherever a request leaves them unset;
-        "vllm" applies none; a folder applies its generation_config.json (engine/generation_config.py)."""
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        override = generation_config_override(generation_config)  # a bad choice fails before the weights load
-        loaded = load_checkpoint(
-            model,
-            device,
-            lambda config: resolve_dtype(dtype, config, device),
-            tokenizer=tokenizer,
-            hf_compat_dtypes=hf_compat_dtypes,
-            progress=progress,
-        )
-        self.model_path, self.file_tensor_bytes = loaded.path, loaded.file_tensor_bytes
-        model_module, config, tokenizer, dtype = loaded.model, loaded.config, loaded.tokenizer, loaded.dtype
-        if compile_decode is None:
-            compile_decode = settings.compile_decode()
-        if compile_decode and device.type == "cpu":
-            model_module.compile_decode()
-        self._start(
-            model, model_module, config, tokenizer, device, dtype,
-            max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            enable_prefix_caching=enable_prefix_caching,
-            cache_memory_gb=cache_memory_gb,
-            prefix_cache_memory_gb=prefix_cache_memory_gb,
-            static_decode=static_decode,
-            sampling_defaults=loaded.sampling_defaults if override is None else override,
-        )  # fmt: skip
+        """`model`, `device`, `dtype` and the other `options` by keyword: the fields of `EngineOptions`
+        (engine/options.py), each documented there (`max_model_len`, `max_num_seqs`, `max_num_batched_tokens`,
+        `enable_prefix_caching`, `prefix_cache_memory_gb`, `cache_memory_gb`, `static_decode`, `compile_decode`,
+        `tokenizer`, `hf_compat_dtypes`, `generation_config`, `progress`); an unknown one is a TypeError."""
+        self._load(EngineOptions(model=model, device=device, dtype=dtype, **options))
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> LLM:
+        """An engine over the checkpoint `options.model` names (what `aw-mcp engine serve` builds)."""
+        llm = cls.__new__(cls)
+        llm._load(options)
+        return llm
 
     @classmethod
     def from_model(
@@ -154,68 +94,97 @@ class LLM:
         tokenizer,
         *,
         name: str = "model",
-        device: torch.device | None = None,
-        dtype: torch.dtype | None = None,
-        **engine_options,
+        sampling_defaults: SamplingDefaults | None = None,
+        **options: Any,
     ) -> LLM:
         """An engine over a model already built (fused weights) and a tokenizer: what `bench/gpu_check.py` serves
-        its random full-size model with. `engine_options` are `__init__`'s engine settings, and
-        `sampling_defaults` (none unless given)."""
+        its random full-size model with. `options`: `EngineOptions`' engine settings (`device` and `dtype` default
+        to the model's; the loading ones do not apply); `sampling_defaults`: none unless given."""
         llm = cls.__new__(cls)
         llm.model_path, llm.file_tensor_bytes = None, None
+        options = EngineOptions(model=name, **options)
         param = next(model.parameters())
+        device = torch.device(options.device) if options.device is not None else param.device
+        dtype = param.dtype if options.dtype is None else options.torch_dtype(config, device)
         llm._start(
-            name, model, config, tokenizer, device or param.device, dtype or param.dtype, **engine_options
+            model, config, tokenizer, device, dtype, replace(options, compile_decode=False), sampling_defaults
         )
         return llm
 
+    def _load(self, options: EngineOptions) -> None:
+        device = options.torch_device()
+        # A bad generation_config fails before the weights load.
+        override = generation_config_override(options.generation_config)
+        loaded = load_checkpoint(
+            options.model,
+            device,
+            lambda config: options.torch_dtype(config, device),
+            tokenizer=options.tokenizer,
+            hf_compat_dtypes=options.hf_compat_dtypes,
+            progress=options.progress,
+        )
+        self.model_path, self.file_tensor_bytes = loaded.path, loaded.file_tensor_bytes
+        compiled = options.uses_compiled_decode(device)
+        if compiled:
+            loaded.model.compile_decode()
+        self._start(
+            loaded.model,
+            loaded.config,
+            loaded.tokenizer,
+            device,
+            loaded.dtype,
+            replace(options, compile_decode=compiled),
+            loaded.sampling_defaults if override is None else override,
+        )
+
     def _start(
         self,
-        name: str,
         model_module: torch.nn.Module,
         config: Config,
         tokenizer,
         device: torch.device,
         dtype: torch.dtype,
-        *,
-        max_model_len: int | None = None,
-        max_num_seqs: int = 8,
-        max_num_batched_tokens: int | None = None,
-        enable_prefix_caching: bool = True,
-        cache_memory_gb: float | None = None,
-        prefix_cache_memory_gb: float | None = None,
-        static_decode: bool | None = None,
-        sampling_defaults: SamplingDefaults | None = None,
+        options: EngineOptions,
+        sampling_defaults: SamplingDefaults | None,
     ) -> None:
-        """Allocates the cache and starts the step loop."""
-        self.model_name, self.config, self.tokenizer = name, config, tokenizer
+        """Allocates the cache and starts the step loop; `options` become `self.options`, resolved."""
+        self.model_name, self.config, self.tokenizer = options.model, config, tokenizer
         self.sampling_defaults = sampling_defaults or SamplingDefaults()
         logger.info("engine: %s", self.sampling_defaults.describe())
         self.device, self.dtype = device, dtype
-        cache = self._allocate_cache(max_model_len, max_num_seqs, cache_memory_gb)
+        cache = Cache.from_budget(
+            config,
+            options.cache_budget_bytes(device),
+            options.context_length(config),
+            options.max_num_seqs,
+            dtype,
+            device,
+        )
         self.processor = OutputProcessor(self.tokenizer, self._eos_ids(), cache.max_len)
         prefix_cache = None
-        if enable_prefix_caching:
+        if options.enable_prefix_caching:
             prefix_cache = PrefixCache(
-                cache,
-                self._prefix_cache_budget(prefix_cache_memory_gb),
-                self.processor.token_id("<|im_start|>"),
+                options.prefix_cache_budget_bytes(device), self.processor.token_id("<|im_start|>")
             )
-        if max_num_batched_tokens is None:
-            max_num_batched_tokens = 2048 if self.device.type == "cuda" else 512
+        self.options = replace(
+            options,
+            device=device,
+            dtype=dtype,
+            max_model_len=cache.max_len,
+            max_num_seqs=cache.num_slots,
+            max_num_batched_tokens=options.batched_tokens(device),
+            static_decode=options.uses_static_decode(device),
+        )
         runner = ModelRunner(
             model_module,
             self.config,
             cache,
             self.device,
             emittable=min(len(self.tokenizer), self.config.vocab_size),
-            static_decode=self.device.type == "cuda" if static_decode is None else static_decode,
+            static_decode=self.options.static_decode,
         )
-        self.engine = LLMEngine(
-            runner, Scheduler(cache, prefix_cache, max_num_batched_tokens), self.processor, prefix_cache
-        )
-        self._batched_tokens = max_num_batched_tokens
-        self._prefix_budget = prefix_cache.budget_bytes if prefix_cache is not None else 0
+        scheduler = Scheduler(CacheManager(cache, prefix_cache), self.options.max_num_batched_tokens)
+        self.engine = LLMEngine(runner, scheduler, self.processor)
         self.grammars = GrammarCompiler(
             self.tokenizer, self.config.vocab_size, sorted(self.processor.stop_ids)
         )
@@ -231,8 +200,12 @@ class LLM:
         return self.engine.runner.cache
 
     @property
+    def cache_manager(self) -> CacheManager:
+        return self.engine.scheduler.cache_manager
+
+    @property
     def prefix_cache(self) -> PrefixCache | None:
-        return self.engine.prefix_cache
+        return self.cache_manager.prefix_cache
 
     @property
     def graph_runner(self):
@@ -259,8 +232,8 @@ class LLM:
             context=self.cache.max_len,
             sequences=self.cache.num_slots,
             dtype=self.dtype,
-            batched_tokens=self._batched_tokens,
-            prefix_cache=self._prefix_budget,
+            batched_tokens=self.options.max_num_batched_tokens,
+            prefix_cache=self.cache_manager.prefix_budget_bytes,
             runtime=0 if self.device.type == "cpu" else RUNTIME_BYTES,
         )
 
@@ -301,27 +274,6 @@ class LLM:
         self.engine.close()
 
     # -- setup ------------------------------------------------------------------------------------------------
-    def _allocate_cache(self, max_model_len: int | None, max_num_seqs: int, memory_gb: float | None) -> Cache:
-        # 32k: the bundled worlds' prompts (the CRM world's is ~20k tokens) plus a long answer; the slot count
-        # shrinks to the memory budget when the model is large.
-        max_len = max_model_len or min(self.config.max_position_embeddings, 32768)
-        if memory_gb is not None:
-            budget = int(memory_gb * 2**30)
-        elif self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            budget = int(free * 0.85)
-        else:
-            budget = 4 * 2**30
-        return Cache.from_budget(self.config, budget, max_len, max_num_seqs, self.dtype, self.device)
-
-    def _prefix_cache_budget(self, memory_gb: float | None) -> int:
-        if memory_gb is not None:
-            return int(memory_gb * 2**30)
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            return int(free * 0.5)
-        return 2 * 2**30
-
     def _eos_ids(self) -> set[int]:
         ids = set(self.config.eos_token_ids)
         for token in ("<|im_end|>", "<|endoftext|>"):
@@ -434,7 +386,7 @@ class LLM:
         ids = torch.as_tensor(token_ids, dtype=torch.int64).reshape(-1)
         if not 0 < ids.numel() <= self.cache.max_len:
             raise ValueError(f"need 1 to {self.cache.max_len} tokens, got {ids.numel()}")
-        return self.engine.call(lambda: self.engine.runner.logits(ids), needs_slot=True)
+        return self.engine.logits(ids)
 
     # -- requests ---------------------------------------------------------------------------------------------
     def _make_sequences(

@@ -2,8 +2,10 @@
 read their own outboxes.
 
 A step: drop what was cancelled (its slot is free for this very step), let the scheduler plan (admit waiting
-sequences, decode the running ones, chunk the prefills into what is left of the token budget), run the model,
-sample, hand every stepped sequence its delta, retire the finished. The lock covers one step, never a generation,
+sequences, decode the running ones, chunk the prefills into what is left of the token budget, and the cache
+copies: restores and saves), run the model with those copies, sample, hand every stepped sequence its delta,
+retire the finished. The loop itself never touches the cache: the scheduler's cache manager owns it
+(engine/cache_manager.py), the runner makes the copies. The lock covers one step, never a generation,
 so a new request joins the running batch at the next step. A step that fails fails only its own sequences (their
 callers get the exception); the loop keeps serving the others."""
 
@@ -36,12 +38,10 @@ class LLMEngine:
         runner: ModelRunner,
         scheduler: Scheduler,
         processor: OutputProcessor,
-        prefix_cache: PrefixCache | None,
     ) -> None:
         self.runner = runner
         self.scheduler = scheduler
         self.processor = processor
-        self.prefix_cache = prefix_cache
         self.metrics = EngineMetrics()
         self.num_steps = 0
         self.lock = threading.Lock()  # held for exactly one step (or one job between steps)
@@ -51,6 +51,10 @@ class LLMEngine:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="engine-step-loop", daemon=True)
         self._thread.start()
+
+    @property
+    def prefix_cache(self) -> PrefixCache | None:
+        return self.scheduler.cache_manager.prefix_cache
 
     # -- callers' side (any thread) ---------------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
@@ -77,6 +81,15 @@ class LLMEngine:
             self._jobs.append((fn, future, needs_slot))
             self._wakeup.notify()
         return future.result()
+
+    def logits(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """fp32 logits [T, vocab] of every position of one sequence, run between two steps in a borrowed slot."""
+
+        def run() -> torch.Tensor:
+            with self.scheduler.cache_manager.borrowed_slot() as slot:
+                return self.runner.logits(token_ids, slot)
+
+        return self.call(run, needs_slot=True)
 
     def close(self) -> None:
         with self._wakeup:
@@ -105,7 +118,7 @@ class LLMEngine:
         self._shut_down()
 
     def _ready_jobs(self) -> list[tuple[Callable[[], Any], Future, bool]]:
-        has_slot = self.runner.cache.num_free > 0  # a job borrows a slot for its own call only
+        has_slot = self.scheduler.cache_manager.num_free > 0  # a job borrows a slot for its own call only
         return [job for job in self._jobs if not job[2] or has_slot]
 
     @staticmethod
@@ -130,8 +143,7 @@ class LLMEngine:
             try:
                 self._run(plan)
             except Exception as exc:  # noqa: BLE001 -- one bad step must not end the loop
-                if isinstance(exc, torch.OutOfMemoryError) and self.prefix_cache is not None:
-                    self.prefix_cache.clear()
+                self.scheduler.step_failed(plan, exc)
                 for seq in plan.sequences:
                     self._fail(seq, exc)
             self.num_steps += 1
@@ -142,6 +154,7 @@ class LLMEngine:
         runner = self.runner
         rows: list[torch.Tensor] = []
         stepped: list[Sequence] = []
+        runner.fill_slots(plan.restores)
         if plan.prefills:
             logits = runner.prefill(plan.prefills)
             done = [i for i, chunk in enumerate(plan.prefills) if chunk.completes_prompt]
@@ -151,7 +164,7 @@ class LLMEngine:
         if plan.decodes:
             rows.append(runner.decode(plan.decodes))
             stepped += plan.decodes
-        self.scheduler.advance(plan)
+        self.scheduler.advance(plan, runner.take_snapshots(plan.saves))
         if not stepped:
             return
         logits = rows[0] if len(rows) == 1 else torch.cat(rows)

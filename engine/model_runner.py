@@ -1,12 +1,14 @@
-"""Runs the model for a planned step: packs the prefill chunks into one forward, decodes the running sequences
-(through CUDA graphs on a GPU), and picks each sequence's next token. Owns the model and the cache state; only the
-step loop's thread calls it."""
+"""Runs the model for a planned step: fills the slots the plan restores (or starts fresh), packs the prefill chunks
+into one forward, decodes the running sequences (through CUDA graphs on a GPU), takes the snapshots the plan saves,
+and picks each sequence's next token. Owns the model and the cache's device memory; only the step loop's thread
+calls it. Which slot is whose, and which snapshots to take or restore, is the plan's (engine/cache_manager.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from engine.cache import Cache
+from engine.cache import Cache, Snapshot
+from engine.cache_manager import Restore, Save
 from engine.config import Config
 from engine.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphRunner
 from engine.forward_batch import ForwardBatch
@@ -43,6 +45,25 @@ class ModelRunner:
         # The engine's end tokens (masked while a constrained answer waits for the thinking), on the device.
         self._stop_ids: tuple[tuple[int, ...], torch.Tensor] | None = None
 
+    def fill_slots(self, restores: list[Restore]) -> None:
+        """The slots taken this step, before any forward reads them: a cached prefix copied in, or a fresh start."""
+        for restore in restores:
+            if restore.snapshot is None:
+                self.cache.reset(restore.seq.slot)
+            else:
+                self.cache.restore(restore.snapshot, restore.seq.slot)
+
+    def take_snapshots(self, saves: list[Save]) -> list[Snapshot | None]:
+        """The planned snapshots, after the forward; None for the first the device has no memory for and the rest
+        (the cache manager then gives the prefix cache's memory back)."""
+        snapshots: list[Snapshot | None] = []
+        for save in saves:
+            try:
+                snapshots.append(self.cache.snapshot(save.slot, save.tokens))
+            except torch.OutOfMemoryError:
+                return snapshots + [None] * (len(saves) - len(snapshots))
+        return snapshots
+
     def prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
         """All chunks packed into one forward; fp32 logits [N, vocab] of each chunk's last token."""
         ids = torch.tensor(
@@ -65,14 +86,11 @@ class ModelRunner:
         batch = ForwardBatch.build(slots, starts, [1] * len(seqs), self.device)
         return self._mask_unemittable(self.model(ids, batch, self.cache))
 
-    def logits(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """fp32 logits [T, vocab] of every position of one sequence, in a slot of its own."""
-        slot = self.cache.allocate()
-        try:
-            batch = ForwardBatch.build([slot], [0], [token_ids.numel()], self.device)
-            return self.model(token_ids.to(self.device), batch, self.cache, all_logits=True).cpu()
-        finally:
-            self.cache.free(slot)
+    def logits(self, token_ids: torch.Tensor, slot: int) -> torch.Tensor:
+        """fp32 logits [T, vocab] of every position of one sequence, run from a fresh start in `slot`."""
+        self.cache.reset(slot)
+        batch = ForwardBatch.build([slot], [0], [token_ids.numel()], self.device)
+        return self.model(token_ids.to(self.device), batch, self.cache, all_logits=True).cpu()
 
     @torch.inference_mode()
     def pick_tokens(

@@ -2,8 +2,8 @@
 
 Attention layers could share KV by position, but a Gated DeltaNet layer's conv and recurrent state *at the end of
 the prefix* cannot be recovered from a longer run: it has to be kept when the prefill passes that point. So the
-scheduler ends a prefill chunk exactly at each snapshot position (`Sequence.snapshot_at`), and this cache copies
-the slot's state there: KV of positions [0, L) of every attention layer, conv and recurrent state of every
+scheduler ends a prefill chunk exactly at each snapshot position (`Sequence.snapshot_at`), and the slot's state
+is copied there: KV of positions [0, L) of every attention layer, conv and recurrent state of every
 DeltaNet layer. A later request whose tokens start with a snapshot's tokens gets the state copied into its slot
 and prefills only the rest; restored == recomputed (the tests hold it to fp32 rounding).
 
@@ -14,34 +14,19 @@ following call hits; no session id is needed. The one before it (the start of th
 world shows per-step notes in the current turn only, so the next call's copy of that turn differs, and it restores
 everything before it instead. Prompts without one snapshot at their last token but one.
 
-Bounded by bytes, least recently used first out. A snapshot is a copy (one device memcpy of the prefix's KV,
-~0.2 ms per 10k tokens on an H200), so restoring never aliases a slot that keeps decoding."""
+Bounded by bytes, least recently used first out. This is the index and its budget, on the host: the cache manager
+(engine/cache_manager.py) asks it what to restore and reserves room for a save when the scheduler plans one; the
+model runner makes the copies (`Cache.snapshot` / `Cache.restore`: one device memcpy of the prefix's KV, ~0.2 ms per
+10k tokens on an H200) and the snapshot it took is kept here after the step."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import torch
+from engine.cache import Snapshot
 
-from engine.cache import Cache
-
-
-@dataclass(eq=False)
-class Snapshot:
-    tokens: tuple[int, ...]
-    keys: torch.Tensor  # [full layers, kv heads, L, head_dim]
-    values: torch.Tensor
-    conv: torch.Tensor  # [linear layers, conv_dim, width]
-    recurrent: torch.Tensor  # [linear layers, HV, K, V] fp32
-
-    @property
-    def length(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.keys, self.values, self.conv, self.recurrent))
+__all__ = ["PrefixCache", "PrefixCacheStats", "Snapshot"]
 
 
 @dataclass
@@ -60,12 +45,12 @@ class PrefixCacheStats:
 
 
 class PrefixCache:
-    def __init__(self, cache: Cache, budget_bytes: int, generation_start_id: int | None = None) -> None:
-        self.cache = cache
+    def __init__(self, budget_bytes: int, generation_start_id: int | None = None) -> None:
         self.budget_bytes = max(0, int(budget_bytes))
         self.generation_start_id = generation_start_id  # `<|im_start|>`
         self._snapshots: OrderedDict[tuple[int, ...], Snapshot] = OrderedDict()  # LRU order, oldest first
         self._by_length: dict[int, set[tuple[int, ...]]] = {}
+        self._reserved: dict[tuple[int, ...], int] = {}  # saves planned for this step, by tokens: their bytes
         self.used_bytes = 0
         self.stats = PrefixCacheStats()
 
@@ -104,42 +89,29 @@ class PrefixCache:
                 return snapshot
         return None
 
-    def restore(self, snapshot: Snapshot, slot: int) -> int:
-        """Copy the snapshot's state into `slot`; returns how many tokens are now cached there."""
-        cache, length = self.cache, snapshot.length
-        cache.keys[:, slot, :, :length].copy_(snapshot.keys)
-        cache.values[:, slot, :, :length].copy_(snapshot.values)
-        cache.conv[:, slot].copy_(snapshot.conv)
-        cache.recurrent[:, slot].copy_(snapshot.recurrent)
-        return length
+    def reserve(self, tokens: tuple[int, ...], nbytes: int) -> bool:
+        """Make room for a snapshot of `tokens` of `nbytes`, least recently used out first. False when none is to
+        be taken: one is kept already (now the most recently used), one is planned, or it exceeds the budget."""
+        if tokens in self._snapshots:
+            self._snapshots.move_to_end(tokens)
+            return False
+        if not tokens or tokens in self._reserved or nbytes > self.budget_bytes:
+            return False
+        self._evict_until(self.budget_bytes - sum(self._reserved.values()) - nbytes)
+        self._reserved[tokens] = nbytes
+        return True
 
-    def save(self, ids: list[int], slot: int) -> bool:
-        """Keep the state of `slot`, which holds exactly the tokens `ids`. False when it cannot fit."""
-        key = tuple(ids)
-        if key in self._snapshots:
-            self._snapshots.move_to_end(key)
-            return True
-        cache, length = self.cache, len(ids)
-        size = Cache.bytes_per_slot(cache.config, length, cache.keys.dtype) if length else 0
-        if not length or size > self.budget_bytes:
-            return False
-        self._evict_until(self.budget_bytes - size)
-        try:
-            snapshot = Snapshot(
-                key,
-                cache.keys[:, slot, :, :length].clone(),
-                cache.values[:, slot, :, :length].clone(),
-                cache.conv[:, slot].clone(),
-                cache.recurrent[:, slot].clone(),
-            )
-        except torch.OutOfMemoryError:
-            self.clear()  # the device is short of memory: the cache is the first thing to give back
-            return False
-        self._snapshots[key] = snapshot
-        self._by_length.setdefault(length, set()).add(key)
+    def keep(self, snapshot: Snapshot) -> None:
+        """A reserved snapshot, taken."""
+        self._reserved.pop(snapshot.tokens, None)
+        self._snapshots[snapshot.tokens] = snapshot
+        self._by_length.setdefault(snapshot.length, set()).add(snapshot.tokens)
         self.used_bytes += snapshot.nbytes
         self.stats.saved += 1
-        return True
+
+    def release(self, tokens: tuple[int, ...]) -> None:
+        """A reserved snapshot that was not taken (its step failed, or the device had no memory for it)."""
+        self._reserved.pop(tokens, None)
 
     def clear(self) -> None:
         self._evict_until(0)

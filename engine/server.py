@@ -161,7 +161,7 @@ def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
             "object": "model",
             "created": created,
             "owned_by": "engine",
-            "max_model_len": llm.cache.max_len,
+            "max_model_len": llm.options.max_model_len,
             # what a request that sets no sampling fields gets (our addition to vLLM's card)
             "default_sampling_params": llm.sampling_defaults.as_dict(),
         }
@@ -191,10 +191,10 @@ def build_app(llm: LLM, served_model_name: str | None = None) -> Starlette:
                 await anyio.to_thread.run_sync(llm.compile_schema, params.json_schema)
             except StructuredOutputError as exc:
                 return _error(400, str(exc), "response_format")
-        if len(prompt_ids) >= llm.cache.max_len:
+        if len(prompt_ids) >= llm.options.max_model_len:
             return _error(
                 400,
-                f"the prompt has {len(prompt_ids)} tokens; this server's context is {llm.cache.max_len} tokens "
+                f"the prompt has {len(prompt_ids)} tokens; this server's context is {llm.options.max_model_len} tokens "
                 "(max_model_len), prompt and answer together",
                 "messages",
             )

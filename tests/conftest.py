@@ -29,6 +29,11 @@ from aw_mcp.backends.base import (
 
 REPO = Path(__file__).resolve().parent.parent
 
+# How long a test lets a subprocess (a Python start: `aw-mcp ...`, a server) run before calling it hung: a bound for
+# "never", not a speed check. A start takes 1-3 s here, and 11-20 s on a 2-core machine with two CPU-bound processes
+# beside the suite; under pytest-timeout's 300 s, so a hang fails with the subprocess's own message.
+SUBPROCESS_S = 240
+
 # Folders whose every test loads torch models or runs Triton kernels through the interpreter: the slow lane.
 SLOW_FOLDERS = ("engine", "kernels")
 
@@ -74,8 +79,8 @@ def serving(
     command: Sequence[str],
     ready: Callable[[], bool],
     *,
-    within_s: float = 30,
-    stop_within_s: float = 20,
+    within_s: float = SUBPROCESS_S,
+    stop_within_s: float = 60,
     **popen: Any,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A server subprocess (stderr piped), yielded once `ready()` holds; terminated on the way out. Fails with the

@@ -155,7 +155,8 @@ class ScriptedOpenAIServer:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 10
+        # A bound for a hung start (it takes milliseconds), not a speed check.
+        deadline = time.monotonic() + 60
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("fake OpenAI server did not start")

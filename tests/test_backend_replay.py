@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aw_mcp.backends.base import BackendError, CallRef, GenerationParams, WorldModel
+from aw_mcp.backends.base import BackendError, CallRef, Generation, GenerationParams
 from aw_mcp.backends.replay import ReplayMiss, ReplayWorldModel
 
 
@@ -70,8 +70,21 @@ def trajectory(tmp_path: Path) -> Path:
     )
 
 
-def test_satisfies_protocol(trajectory: Path) -> None:
-    assert isinstance(ReplayWorldModel(trajectory), WorldModel)
+@pytest.mark.anyio
+async def test_it_keeps_the_world_model_contract(trajectory: Path) -> None:
+    # What a caller of any WorldModel relies on: a name for messages, preload() that loads nothing (the file was
+    # read when it opened), generate() giving a fresh Generation, aclose() that can be called and called again.
+    model = ReplayWorldModel(trajectory)
+    assert model.name == "replay"
+    assert await model.preload() is False
+    ada = CallRef("find_contact", {"name": "Ada", "limit": 5}, 0)
+    first = await model.generate([], GenerationParams(), call=ada)
+    assert isinstance(first, Generation)
+    assert (first.text, first.reasoning, first.extra) == ("found Ada", "search the table", {"replayed": True})
+    first.extra["annotated"] = True  # a caller's note on its copy does not reach the recording
+    assert (await model.generate([], GenerationParams(), call=ada)).extra == {"replayed": True}
+    await model.aclose()
+    await model.aclose()
 
 
 @pytest.mark.anyio

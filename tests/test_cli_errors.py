@@ -13,10 +13,10 @@ from aw_mcp import engine_extra
 from aw_mcp.bundled import bundled_worlds
 from aw_mcp.cli import main
 from aw_mcp.commands import validate
-from tests.conftest import REPO
+from tests.conftest import REPO, SUBPROCESS_S
 
 
-def aw(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def aw(*args: str, timeout: float = SUBPROCESS_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "aw_mcp", *args],
         cwd=str(REPO),
@@ -132,6 +132,6 @@ def test_an_internal_error_prints_a_traceback_from_the_console_script(tmp_path: 
         "sys.exit(cli.main(['worlds']))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=str(REPO), capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script], cwd=str(REPO), capture_output=True, text=True, timeout=SUBPROCESS_S
     )
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "KeyError: 'internal'" in proc.stderr

@@ -43,7 +43,7 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "cpu",
     ]
     command += ["--port", str(port), "--served-model-name", "tiny-world"]
-    with serving(command, healthy, within_s=120, cwd=str(REPO), stdout=subprocess.DEVNULL):
+    with serving(command, healthy, cwd=str(REPO), stdout=subprocess.DEVNULL):
         yield f"{url}/v1"
 
 

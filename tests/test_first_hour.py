@@ -28,6 +28,7 @@ from aw_mcp.commands.serve import terminal_hint
 from aw_mcp.commands.world_setup import reproduce_flags
 from aw_mcp.errors import UnknownWorldError
 from aw_mcp.records import read_trajectory
+from aw_mcp.settings import read_settings
 from aw_mcp.world import load_world
 
 # An id no example of mcp_crm's get_contact has (the pattern is con_ and six digits).
@@ -40,7 +41,7 @@ def serve_args(*flags: str):
 
 def hint_for(*flags: str, env: dict[str, str] | None = None) -> str:
     args = serve_args(*flags)
-    return terminal_hint(args.world, reproduce_flags(args, env or {}))
+    return terminal_hint(args.world, reproduce_flags(args, read_settings(env or {})))
 
 
 def suggestions(hint: str) -> tuple[dict, list[str]]:

@@ -81,7 +81,7 @@ def test_import_live_http_server(
 ) -> None:
     command = serve_command(small_world_path, backend, "--transport", "http", "--port", str(port))
     out = tmp_path / "http.yaml"
-    with serving(command, lambda: listening(port), within_s=20, cwd=REPO, stdout=subprocess.DEVNULL):
+    with serving(command, lambda: listening(port), cwd=REPO, stdout=subprocess.DEVNULL):
         assert main(["import", "mcp", "--url", f"http://127.0.0.1:{port}/mcp", "-o", str(out)]) == 0
     assert [t.name for t in load_world(out).tools] == ["get_order", "cancel_order"]
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SUBPROCESS_S
 
 BLOCK = (
     "import sys\n"
@@ -33,17 +32,16 @@ def without_engine(*args: str) -> subprocess.CompletedProcess[str]:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=SUBPROCESS_S,
     )
 
 
-def test_serve_with_an_unreachable_server_fails_fast_without_torch() -> None:
+def test_serve_with_an_unreachable_server_fails_without_torch() -> None:
+    # How fast the pre-flight fails is test_preflight's (in-process: a Python start is not what is measured).
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    started = time.monotonic()
     proc = without_engine("serve", "--world", "mcp_crm", "--base-url", url)
-    assert time.monotonic() - started < 10
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert url in proc.stderr and "vllm serve" in proc.stderr and "drop --base-url" in proc.stderr
 

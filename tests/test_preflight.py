@@ -13,8 +13,15 @@ from pathlib import Path
 import pytest
 
 from aw_mcp import preflight
-from aw_mcp.preflight import GIB, PreflightError, check_local, check_openai, weight_bytes
-from tests.conftest import REPO, needs_engine
+from aw_mcp.preflight import (
+    GIB,
+    PREFLIGHT_TIMEOUT_S,
+    PreflightError,
+    check_local,
+    check_openai,
+    weight_bytes,
+)
+from tests.conftest import REPO, SUBPROCESS_S, needs_engine
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 
@@ -46,18 +53,33 @@ def test_reachable_server_passes_and_a_model_it_does_not_serve_is_a_warning(
     assert "serves served-model, not 'other-model': pass --model served-model" in caplog.text
 
 
-def test_serve_with_an_unreachable_base_url_exits_within_seconds(tmp_path: Path) -> None:
+def test_an_unreachable_server_fails_the_preflight_within_seconds() -> None:
+    # The promise (README): within seconds, not after a call's timeout_s (600 s) and its retries. Measured in-process,
+    # where a Python start under load (11-20 s on a busy 2-core machine) is not part of it; 10x margins.
     url = f"http://127.0.0.1:{closed_port()}/v1"
     started = time.monotonic()
+    with pytest.raises(PreflightError, match="cannot reach the model server"):
+        check_openai(url, "m")  # refused: fails at once
+    assert time.monotonic() - started < 10 * PREFLIGHT_TIMEOUT_S
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        started = time.monotonic()
+        with pytest.raises(PreflightError):
+            check_openai(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", "m", timeout_s=0.5)
+        assert time.monotonic() - started < 10 * 0.5
+
+
+def test_serve_with_an_unreachable_base_url_exits_with_the_ways_out(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
     proc = subprocess.run(
         [sys.executable, "-m", "aw_mcp", "serve", "--world", "mcp_crm", "--base-url", url],
         cwd=str(REPO),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=SUBPROCESS_S,
     )
-    assert time.monotonic() - started < 10
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert url in proc.stderr and "vllm serve" in proc.stderr and "drop --base-url" in proc.stderr
 

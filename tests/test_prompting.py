@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from aw_mcp.answer_parser import parse_answer, parse_json_observation, strip_code_fence
 from aw_mcp.domains import ROLE_PHRASES, TAGGED_DOMAINS, TRAINED_SECTIONS
 from aw_mcp.prompting import (
     SYSTEM_SLOTS,
     Turn,
     fill_slots,
     load_template,
-    parse_answer,
-    parse_json_observation,
     render_action,
     render_system_prompt,
-    strip_code_fence,
 )
 from aw_mcp.transcript import build_messages
 from aw_mcp.world import WorldSpecError, load_world_text

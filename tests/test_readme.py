@@ -340,7 +340,7 @@ def test_the_world_examples_commented_screen_keys_are_valid_once_uncommented(
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=TIMEOUT_S,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -14,12 +14,13 @@ import anyio
 import pytest
 import yaml
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client import stdio as mcp_stdio
 
 from aw_mcp.cli import main
 from aw_mcp.records import ListingRecord, read_lines
 from aw_mcp.scorecard import Scorecard
 from aw_mcp.world import load_world_text
-from tests.conftest import REPO, listening, serving
+from tests.conftest import REPO, SUBPROCESS_S, listening, serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a server subprocess and a real 2 s Retry-After wait
 
@@ -95,7 +96,9 @@ async def scripted_agent(client: Client) -> None:
     payment = {"invoice_id": "inv_1", "amount": 4599}
     assert (await client.call_tool("create_payment", payment)).is_error  # 429, Retry-After 2 s
     assert (await client.call_tool("create_payment", payment)).is_error  # at once: ignored
-    await anyio.sleep(2.2)
+    # The server measures the wait from its own record of the 429 to the retry's: never shorter than this sleep (a
+    # loaded machine only lengthens it), so 2.5 s is always past the 2 s asked, whatever the machine's speed.
+    await anyio.sleep(2.5)
     assert not (await client.call_tool("create_payment", payment)).is_error  # waited: honoured
     assert (await client.call_tool("get_customer", {"customer_id": "cus_9"})).is_error  # 404
     await client.call_tool("get_customer", {"customer_id": "cus_9"})  # the same again: repeated
@@ -109,7 +112,12 @@ async def scripted_agent(client: Client) -> None:
         await client.call_tool("get_payout_schedule", {})  # removed, called anyway
 
 
-async def test_a_scripted_agent_gets_every_verdict_through_the_stdio_server(tmp_path: Path, capsys) -> None:
+async def test_a_scripted_agent_gets_every_verdict_through_the_stdio_server(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK's client gives a server 2 s to exit after closing its stdin, then SIGTERM and, 2 s on, SIGKILL; the
+    # scorecard is written as the server stops. A loaded machine may need longer: wait for the exit, however long.
+    monkeypatch.setattr(mcp_stdio, "PROCESS_TERMINATION_TIMEOUT", SUBPROCESS_S)
     world, trajectory, scorecard = tmp_path / "shop.yaml", tmp_path / "run.jsonl", tmp_path / "card.json"
     world.write_text(WORLD)
     params = StdioServerParameters(
@@ -140,7 +148,9 @@ async def test_a_scripted_agent_gets_every_verdict_through_the_stdio_server(tmp_
     ]
     by_key = {(r.call, r.category): r for r in card.reactions}
     assert by_key[(2, "transient")].data["retries"] == 2
-    assert by_key[(2, "retry_after")].data["early_by_s"] > 1.0  # asked 2 s, came back at once
+    # asked 2 s, came back sooner (how much sooner is the machine's speed, not the agent's)
+    early = by_key[(2, "retry_after")].data
+    assert early["early_by_s"] == round(2.0 - early["waited_s"], 3) and early["early_by_s"] > 0.1
     assert by_key[(3, "retry_after")].data["waited_s"] >= 2.0
     assert by_key[(7, "injection")].calls == [8]
     assert by_key[(10, "catalog")].data["removed_calls"] == [11]
@@ -173,7 +183,7 @@ def test_the_readme_scorecard_is_what_the_example_agents_get(tmp_path: Path, cap
             cwd=tmp_path,
             check=True,
             capture_output=True,
-            timeout=120,
+            timeout=SUBPROCESS_S,
         )
         runs.append(path.name)
     capsys.readouterr()
@@ -211,6 +221,6 @@ async def test_serve_over_http_writes_the_scorecard_when_terminated(tmp_path: Pa
                 await client.call_tool("get_invoice", {"invoice_id": "inv_1"})
             ).is_error  # 503, never retried
         process.terminate()
-        assert process.wait(timeout=20) == 128 + 15
+        assert process.wait(timeout=60) == 128 + 15  # a bound for a hung stop, not a speed check
     card = Scorecard.model_validate_json(scorecard.read_text())
     assert [(r.fault, r.outcome) for r in card.reactions] == [("flaky-invoice", "gave_up")]

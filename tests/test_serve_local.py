@@ -12,7 +12,7 @@ from mcp import Client, StdioServerParameters
 pytest.importorskip("torch", reason="needs the [engine] extra")
 
 from engine.testing.tiny_checkpoint import make_tiny_checkpoint  # noqa: E402
-from tests.conftest import REPO, last_call
+from tests.conftest import REPO, SUBPROCESS_S, last_call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # subprocess servers on the tiny checkpoint
 
@@ -68,7 +68,7 @@ def test_missing_local_model_stops_serve_at_start_up(small_world_path: Path) -> 
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=SUBPROCESS_S,
     )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -164,7 +164,7 @@ async def test_client_timeout_cancels_the_backend_request(mode: str) -> None:
     async with Client(server, mode=mode) as client:
         with pytest.raises(MCPError):
             await client.call_tool("cancel_order", {"order_id": "ORD-1"}, read_timeout_seconds=0.3)
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):  # a bound for "never": the cancel arrives in milliseconds
             while model.cancelled == 0:
                 await anyio.sleep(0.02)
     assert model.cancelled == 1

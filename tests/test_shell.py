@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aw_mcp.commands.shell import LineError, parse_line
-from tests.conftest import REPO
+from tests.conftest import REPO, SUBPROCESS_S
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 SCRIPT = """\
@@ -45,7 +45,7 @@ def run_shell(world: Path, backend: ScriptedOpenAIServer, *flags: str) -> subpro
     command += ["--base-url", backend.base_url, "--model", "m", *flags]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AW_")}
     return subprocess.run(
-        command, input=SCRIPT, capture_output=True, text=True, cwd=REPO, env=env, timeout=60
+        command, input=SCRIPT, capture_output=True, text=True, cwd=REPO, env=env, timeout=SUBPROCESS_S
     )
 
 
@@ -114,7 +114,7 @@ def test_shell_missing_world_is_a_clean_error(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=REPO,
-        timeout=60,
+        timeout=SUBPROCESS_S,
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr
 

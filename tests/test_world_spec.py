@@ -12,7 +12,7 @@ from aw_mcp.bundled import bundled_worlds
 from aw_mcp.cli import main
 from aw_mcp.domains import BUILTIN_TOOLS, DOMAINS, SCREEN_DOMAINS
 from aw_mcp.world import WorldSpecError, load_world, load_world_text, validate_paths
-from tests.conftest import REPO, SMALL_WORLD
+from tests.conftest import REPO, SMALL_WORLD, SUBPROCESS_S
 
 BROKEN = """\
 name: broken
@@ -143,7 +143,10 @@ def test_validate_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_console_script_runs_validate() -> None:
     worlds = [str(p) for p in (REPO / "worlds").glob("*.yaml")]
     proc = subprocess.run(
-        [sys.executable, "-m", "aw_mcp", "validate", *worlds], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "aw_mcp", "validate", *worlds],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_S,
     )
     assert proc.returncode == 0, proc.stderr
     # The verdict is the command's result: on stdout, so `aw-mcp validate ... > log` keeps it; nothing on stderr.

@@ -49,7 +49,6 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
-import os
 import random
 import re
 import time
@@ -77,6 +76,7 @@ from aw_mcp.backends.base import (
 from aw_mcp.backends.local import ANSWER_INDENT
 from aw_mcp.grammar_text import NotExpressible, framed_grammar
 from aw_mcp.redaction import redact_secrets, redact_text, redact_url, register_secret
+from aw_mcp.settings import read_settings
 
 __all__ = ["OpenAIWorldModel", "redact_text", "redact_url"]  # the redactors, as before, from here too
 
@@ -411,7 +411,7 @@ class OpenAIWorldModel(WorldModel):
         self.model = model
         # A world file's own base_url gets no key unless trusted (send_api_key=False): a shared world file must
         # not be able to collect AW_API_KEY.
-        env_key = os.environ.get("AW_API_KEY") or None
+        env_key = read_settings().api_key_value
         self.api_key = (api_key if api_key is not None else env_key) if send_api_key else None
         register_secret(self.api_key)  # never echoed back: error texts, answers and trajectories redact it
         self.retries = max(0, retries)  # extra attempts after the first

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aw_mcp.backends.base import WorldModel
 from aw_mcp.engine_extra import require_engine
 from aw_mcp.errors import UserError
+from aw_mcp.settings import BACKENDS, AwSettings, read_settings
 from aw_mcp.world import ModelSettings, WorldSpec
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "Qwen/Qwen-AgentWorld-35B-A3B"
-BACKENDS = ("openai", "local", "replay", "demo")
 
 
 class BackendConfigError(UserError, ValueError):
@@ -46,15 +44,16 @@ def resolve_backend(
     device: str | None = None,
     dtype: str | None = None,
     max_model_len: int | None = None,
-    env: Mapping[str, str] | None = None,
+    env: AwSettings | None = None,
 ) -> BackendChoice:
-    env = os.environ if env is None else env
-    from_world = not (base_url or env.get("AW_BASE_URL")) and settings.base_url is not None
-    base_url = base_url or env.get("AW_BASE_URL") or settings.base_url
-    chosen = backend or env.get("AW_BACKEND") or settings.backend or ("openai" if base_url else "local")
+    """Each field: the argument (the command line) > `env` (AW_*, read now when not given) > the world's `settings`."""
+    env = read_settings() if env is None else env
+    from_world = not (base_url or env.base_url) and settings.base_url is not None
+    base_url = base_url or env.base_url or settings.base_url
+    chosen = backend or env.backend or settings.backend or ("openai" if base_url else "local")
     if chosen not in BACKENDS:
         raise BackendConfigError(f"unknown backend {chosen!r}: expected one of {', '.join(BACKENDS)}")
-    model = model or env.get("AW_MODEL") or settings.model or DEFAULT_MODEL
+    model = model or env.model or settings.model or DEFAULT_MODEL
     if chosen == "openai" and not base_url:
         raise BackendConfigError(
             "the openai backend needs a server: pass --base-url http://HOST:PORT/v1 (or set AW_BASE_URL)"
@@ -93,7 +92,7 @@ def open_backend(
 
         assert choice.base_url is not None
         send_key = sends_api_key(choice, trust_world_backend)
-        if not send_key and os.environ.get("AW_API_KEY"):
+        if not send_key and read_settings().api_key_value:
             log.warning(
                 "AW_API_KEY is not sent to %s: that URL comes from the world file; pass --base-url, set AW_BASE_URL, "
                 "or --trust-world-backend",

@@ -28,6 +28,7 @@ from aw_mcp.private_files import write_private_text
 from aw_mcp.scorecard import score
 from aw_mcp.server import WorldApp, listen_socket, serve_http, serve_stdio
 from aw_mcp.session import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, SessionRegistry
+from aw_mcp.settings import read_settings
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report Ctrl-C
 
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     options = HttpOptions(
         host=args.host,
         port=args.port,
-        auth_token=args.auth_token or os.environ.get("AW_AUTH_TOKEN") or None,
+        auth_token=args.auth_token or read_settings().auth_token_value,
         allow_unauthenticated=args.allow_unauthenticated,
         allowed_hosts=args.allowed_host,
     )
@@ -192,8 +193,8 @@ def run(args: argparse.Namespace) -> int:
             anyio.run(serve_http, app, options, sock)
             return 0
         if sys.stdin.isatty():
+            signal.signal(signal.SIGINT, exit_on_interrupt)  # first: once the hint is out, Ctrl-C is handled
             print(terminal_hint(args.world, reproduce_flags(args)), file=sys.stderr, flush=True)
-            signal.signal(signal.SIGINT, exit_on_interrupt)
         anyio.run(serve_stdio, app)
         return 0
     finally:

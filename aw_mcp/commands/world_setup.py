@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from aw_mcp.errors import UsageError
 from aw_mcp.perturb.presets import PRESET_NAMES, parse_preset
 from aw_mcp.records import TrajectoryWriter
 from aw_mcp.session import ForkPointError, SessionRegistry
+from aw_mcp.settings import AwSettings, read_settings
 from aw_mcp.simulator import Simulator, params_from_settings
 from aw_mcp.templates import PromptDir, prompt_dir
 from aw_mcp.world import SpecIssue, WorldSpec, WorldSpecError, load_world
@@ -113,26 +113,27 @@ def _absolute(path: str) -> str:
     return str(Path(path).expanduser().resolve())
 
 
-def reproduce_flags(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> list[str]:
+def reproduce_flags(args: argparse.Namespace, env: AwSettings | None = None) -> list[str]:
     """The flags that set up the same world with the same backend, for a hint that repeats a running command
     (`serve` at a terminal suggests an mcpServers entry and `aw-mcp shell`): the world, its prompts and presets,
     the backend and its settings, and the sampling overrides. Paths are made absolute, since an MCP client starts
     the server in a folder of its own; a backend, base URL or model taken from AW_BACKEND / AW_BASE_URL / AW_MODEL
     is spelled out, since the client's environment may not have them. Never a secret: no API key or auth token,
     and a base URL loses any `user:password@`. Trajectory flags (--record, --resume, --at) are left out: a second
-    process appending to the same file is not what a hint should suggest."""
+    process appending to the same file is not what a hint should suggest. `env`: the AW_* settings (read now when
+    not given)."""
     from aw_mcp.redaction import redact_url
 
-    env = os.environ if env is None else env
+    env = read_settings() if env is None else env
     world = str(args.world)
     flags = ["--world", _absolute(world) if Path(world).is_file() else world]
     if getattr(args, "prompts", None):
         flags += ["--prompts", _absolute(args.prompts)]
     for preset in getattr(args, "preset", None) or []:
         flags += ["--preset", preset]
-    backend = getattr(args, "backend", None) or env.get("AW_BACKEND")
-    base_url = getattr(args, "base_url", None) or env.get("AW_BASE_URL")
-    model = getattr(args, "model", None) or env.get("AW_MODEL")
+    backend = getattr(args, "backend", None) or env.backend
+    base_url = getattr(args, "base_url", None) or env.base_url
+    model = getattr(args, "model", None) or env.model
     replay = getattr(args, "replay", None)
     valued: list[tuple[str, object]] = [
         ("--backend", backend),

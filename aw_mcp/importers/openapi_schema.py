@@ -13,28 +13,13 @@ from __future__ import annotations
 
 import copy
 from typing import Any, Literal
-from urllib.parse import unquote
 
 from aw_mcp.importers.import_log import ImportLog, child_pointer
+from aw_mcp.schema_walk import SCHEMA_LIST, SCHEMA_MAP, SCHEMA_ONE, LocalRefs
 
 Direction = Literal["request", "response"]
 
 _DROPPED = {"discriminator", "xml", "externalDocs"}
-_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
-_SCHEMA_LISTS = {"allOf", "anyOf", "oneOf", "prefixItems"}
-_SCHEMA_ONE = {
-    "items",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-    "contains",
-    "propertyNames",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "additionalItems",
-}
 _JSON_TYPES = {"string", "number", "integer", "boolean", "array", "object", "null"}
 _MAX_REF_HOPS = 32
 # Inlining shared components repeats them at every use; on large real-world specs (hundreds of schemas that reference
@@ -50,19 +35,11 @@ class OpenAPIDocument:
         self.log = log
         version = str(data.get("openapi", ""))
         self.is_30 = version.startswith("3.0")
+        self._pointers = LocalRefs(data)
 
     def lookup(self, ref: str) -> Any:
-        """The node at a local reference `#/a/b~1c`, or None when it does not exist."""
-        node: Any = self.data
-        for raw in ref.removeprefix("#").strip("/").split("/") if ref not in ("#", "#/") else []:
-            part = unquote(raw).replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        return node
+        """The node at a local reference `#/a/b~1c` (percent-escapes allowed), or None when it does not exist."""
+        return self._pointers.get(ref)
 
     def deref(self, node: Any, pointer: str) -> tuple[Any, str]:
         """Follow `$ref` chains of non-schema objects (parameters, bodies, responses, examples)."""
@@ -107,12 +84,12 @@ class SchemaConverter:
             if not isinstance(key, str) or key.startswith("x-") or key in _DROPPED or key == "nullable":
                 continue
             where = child_pointer(pointer, key)
-            if key in _SCHEMA_MAPS and isinstance(value, dict):
+            if key in SCHEMA_MAP and isinstance(value, dict):
                 out[key] = {
                     name: self.convert(sub, child_pointer(where, name), expanding)
                     for name, sub in value.items()
                 }
-            elif key in _SCHEMA_LISTS and isinstance(value, list):
+            elif key in SCHEMA_LIST and isinstance(value, list):
                 out[key] = [
                     self.convert(sub, child_pointer(where, i), expanding) for i, sub in enumerate(value)
                 ]
@@ -120,7 +97,7 @@ class SchemaConverter:
                 out["prefixItems"] = [
                     self.convert(s, child_pointer(where, i), expanding) for i, s in enumerate(value)
                 ]
-            elif key in _SCHEMA_ONE and isinstance(value, dict | bool):
+            elif key in SCHEMA_ONE and isinstance(value, dict | bool):
                 out[key] = self.convert(value, where, expanding)
             elif key == "example":
                 out.setdefault("examples", [copy.deepcopy(value)])

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from aw_mcp.errors import UserError
 from aw_mcp.importers.import_log import ImportLog
-from aw_mcp.world import ToolSpec, WorldSpecError, dangling_ref, load_world_text
+from aw_mcp.schema_check import dangling_ref
+from aw_mcp.world import ToolSpec, WorldSpecError, load_world_text
 
 WORLD_KEY_ORDER = ("name", "description", "domain", "seed", "now", "facts", "state", "tools")
 TOOL_KEY_ORDER = (

@@ -69,9 +69,7 @@ def fill_template(template: str, values: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def latency_ms(seed: int, firing: Firing, tool: str, arguments: dict[str, Any]) -> float:
-    fault = firing.perturbation.fault
-    assert isinstance(fault, LatencyFault)
+def latency_ms(seed: int, fault: LatencyFault, firing: Firing, tool: str, arguments: dict[str, Any]) -> float:
     u1, u2, u3 = (uniform(seed, firing.name, firing.n, tool, arguments, f"latency{k}") for k in range(3))
     return fault.sample_ms(u1, u2, u3) * firing.scale
 

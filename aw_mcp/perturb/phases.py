@@ -1,43 +1,28 @@
-"""The two phases in which one call's fired perturbations are applied; the simulator calls each once.
+"""The phases in which one call's fired perturbations are applied, each fault by its kind's entry (`perturb/kinds.py`).
 
-`before` the world model: latency (the delays add up) → the first of hang / protocol_error / error in spec order
-(the world model is not asked) → stale → wrong_content / counterfactual instructions for this call's prompt.
-`after` it: inject / truncate / empty / oversized / malformed in spec order; then `catalog` changes, which take
-effect after the call whatever its outcome. Every fault that fired is written to the call's record.
+`before` the world model: delay (the delays add up) → the first abort in spec order (hang / protocol_error / error:
+the world model is not asked) → the first replay (stale) → instruct (wrong_content / counterfactual notes for this
+call's prompt). Where a fault also wants the world model's unperturbed observation (`ground_truth: true`), `before`
+says so; the simulator asks for it and hands it to `settle_truth`. `after` it: shape (inject / truncate / empty /
+oversized / malformed) in spec order; then `change_catalog`, which takes effect after the call whatever its outcome.
+Every fault that fired is written to the call's fault entries (`Call.faults`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
 
-from aw_mcp.perturb import apply
-from aw_mcp.perturb.injections import InjectionSlot
+from aw_mcp.call import Call
+from aw_mcp.perturb import apply, kinds
+from aw_mcp.perturb.kinds import Aborted, Delay, Instructed, Phase, Replayed
 from aw_mcp.perturb.planner import Firing
-from aw_mcp.perturb.spec import (
-    CatalogFault,
-    CounterfactualFault,
-    EmptyFault,
-    ErrorFault,
-    HangFault,
-    InjectFault,
-    LatencyFault,
-    MalformedFault,
-    OversizedFault,
-    ProtocolErrorFault,
-    StaleFault,
-    TruncateFault,
-    WrongContentFault,
-)
-from aw_mcp.progress import Reporter
+from aw_mcp.perturb.spec import Perturbation
 from aw_mcp.prompting import render_result
 from aw_mcp.records import CallRecord, FaultEntry
-from aw_mcp.world import ToolSpec
-
-_SHAPE_FAULTS = (InjectFault, TruncateFault, EmptyFault, OversizedFault, MalformedFault)
 
 
 class Observed(Protocol):
@@ -48,18 +33,19 @@ class Observed(Protocol):
     is_error: bool
 
 
-Generate = Callable[[list[str]], Awaitable[Observed]]
-"""Ask the world model for this call, with these notes added to the prompt."""
-
-
 @dataclass
-class Early:
+class Before:
     """The before-phase's result: an answer that replaces the world model's (`answer`, with `protocol_error` when
-    the call must fail as a JSON-RPC error), or the notes this call's prompt gets."""
+    the call must fail as a JSON-RPC error), or the notes this call's prompt gets. `wants_truth`: ask the world
+    model for the unperturbed observation first and hand it to `settle_truth`."""
 
     answer: apply.Answer | None = None
     protocol_error: tuple[int, str] | None = None
     notes: list[str] = field(default_factory=list)
+    wants_truth: bool = False
+    replayed: tuple[FaultEntry, Replayed] | None = None
+    instructed: list[tuple[Firing, Instructed]] = field(default_factory=list)
+    truth: str | None = None  # the unperturbed observation the world keeps while the agent sees another
 
 
 def fault_entry(firing: Firing, **details: Any) -> FaultEntry:
@@ -81,192 +67,174 @@ def fault_entry(firing: Firing, **details: Any) -> FaultEntry:
     return FaultEntry.model_validate(entry)
 
 
-class CallPerturbation:
-    """The perturbations that fired on one call, applied to it in two phases."""
+def _log(call: Call, firing: Firing, **details: Any) -> FaultEntry:
+    entry = fault_entry(firing, **details)
+    call.faults.append(entry)
+    return entry
 
-    def __init__(
-        self,
-        firings: list[Firing],
-        *,
-        seed: int,
-        tool: ToolSpec,
-        arguments: dict[str, Any],
-        record: CallRecord,
-        slots: dict[str, InjectionSlot],
-        catalog: apply.Catalog,
-    ):
-        self.firings = firings
-        self.seed = seed
-        self.tool = tool
-        self.arguments = arguments
-        self.values = {**arguments, "tool": tool.name}
-        self.record = record
-        self.slots = slots
-        self.catalog = catalog
-        self._truth: str | None = None  # a wrong reading's truth: the world itself did not change
 
-    def fired(self, *kinds: type) -> list[Firing]:
-        return [f for f in self.firings if isinstance(f.perturbation.fault, kinds)]
+def fired(call: Call, phase: Phase) -> list[Firing]:
+    """The call's firings whose kind acts in `phase`, in spec order."""
+    return [f for f in call.firings if kinds.of(f.perturbation.fault).phase == phase]
 
-    async def before(
-        self, records: Sequence[CallRecord], report: Reporter | None, generate: Generate
-    ) -> Early:
-        """Latency, then an abort or a stale answer that replaces the world model's, else the content faults'
-        instructions for the prompt (asking the world model for the ground truth first where a fault wants it)."""
-        record = self.record
-        delays = [
-            (f, apply.latency_ms(self.seed, f, self.tool.name, self.arguments))
-            for f in self.fired(LatencyFault)
-        ]
-        for firing, ms in delays:
-            record.faults.append(fault_entry(firing, latency_ms=round(ms, 3)))
-        if delays:
-            every = min(f.perturbation.fault.progress_every_ms for f, _ in delays)  # type: ignore[union-attr]
-            await apply.wait_with_progress(sum(ms for _, ms in delays), every, report)
-        aborts = self.fired(HangFault, ProtocolErrorFault, ErrorFault)
-        if aborts:
-            for other in aborts[1:]:  # fired too, but one answer per call: the first in spec order wins
-                reason = f"{aborts[0].name} already answered this call"
-                record.faults.append(fault_entry(other, applied=False, reason=reason))
-            return await self._abort(aborts[0])
-        stale = self.fired(StaleFault)
-        if stale:
-            answer = await self._stale(stale[0], records, generate)
-            if answer is not None:
-                return Early(answer=answer)
 
-        content = self.fired(WrongContentFault, CounterfactualFault)
-        truth: Observed | None = None
-        if any(f.perturbation.fault.ground_truth for f in content):  # type: ignore[union-attr]
-            truth = await generate([])
-        instructions = []
-        for firing in content:
-            fault = firing.perturbation.fault
-            assert isinstance(fault, WrongContentFault | CounterfactualFault)
-            instruction = apply.fill_template(fault.instruction, self.values)
-            instructions.append(
-                f"Deliberate fault for this step only: {instruction} Make the observation look genuine and do "
-                "not mention this note."
-                if isinstance(fault, WrongContentFault)
-                else f"From this step on this is true in the world: {instruction} Write the observation "
-                "accordingly, keep to it in later steps, and do not mention this note."
-            )
-            entry = fault_entry(firing, instruction=instruction)
-            if truth is not None:
-                entry.ground_truth = truth.text
-            record.faults.append(entry)
-        if (
-            truth is not None
-            and not truth.is_error
-            and all(isinstance(f.perturbation.fault, WrongContentFault) for f in content)
-        ):
-            self._truth = truth.text
-        return Early(notes=instructions)
+def _apply(call: Call, firing: Firing, *more: Any) -> Any:
+    """The fault's effect on this call, by its kind's `apply` (what it returns depends on the phase)."""
+    fault = firing.perturbation.fault
+    return kinds.of(fault).apply(call, fault, firing, *more)
 
-    def after(self, observed: Observed) -> apply.Answer | None:
-        """Faults on the world model's answer, in spec order; each changes what the agent sees, never the world.
-        None when the answer stands as it is."""
-        record = self.record
-        if self._truth is not None:
-            record.truth = self._truth
-        shape = self.fired(*_SHAPE_FAULTS)
-        if not shape:
-            return None
-        if observed.is_error:
-            for firing in shape:
-                record.faults.append(
-                    fault_entry(firing, applied=False, reason="the world model answered with an error")
-                )
-            return None
-        original = observed.text
-        answer = apply.Answer(observed.text, observed.structured)
-        for firing in shape:
-            fault = firing.perturbation.fault
-            if isinstance(fault, InjectFault):
-                result: apply.Answer | str = apply.inject(fault, self.tool, answer, self.slots, self.values)
-            elif isinstance(fault, TruncateFault):
-                result = apply.truncate(fault, self.tool, answer)
-            elif isinstance(fault, EmptyFault):
-                result = apply.empty(fault, self.tool, answer)
-            elif isinstance(fault, OversizedFault):
-                result = apply.oversized(fault, self.tool, answer)
-            else:
-                assert isinstance(fault, MalformedFault)
-                result = apply.malformed(fault, self.tool, answer)
-            details: dict[str, Any] = {}
-            if isinstance(fault, InjectFault):
-                details["expect_call"] = self.expected_call(fault)
-            if isinstance(result, str):
-                record.faults.append(fault_entry(firing, applied=False, reason=result, **details))
-                continue
-            record.faults.append(fault_entry(firing, ground_truth=original, **details))
-            answer = result
-        if answer.text == original and answer.structured == observed.structured:
-            return None
-        if record.truth is None:
-            record.truth = original
-        record.observation, record.structured = answer.text, answer.structured
-        return answer
 
-    def expected_call(self, fault: InjectFault) -> dict[str, Any] | None:
-        """The call this injection tries to provoke: the fault's own, else its slot's (None: not known)."""
-        expect = fault.expect_call
-        if expect is None and fault.text is None and fault.slot in self.slots:
-            expect = self.slots[fault.slot].expect_call
-        return expect.model_dump(exclude_defaults=True) if expect is not None else None
+# ---------------------------------------------------------------------------------------------------------------
+# before the world model
+# ---------------------------------------------------------------------------------------------------------------
 
-    def change_catalog(self) -> None:
-        """Catalog changes take effect after the call, whatever its outcome."""
-        for firing in self.firings:
-            fault = firing.perturbation.fault
-            if isinstance(fault, CatalogFault) and firing.name not in self.catalog.applied:
-                self.record.faults.append(fault_entry(firing, **self.catalog.apply(firing.name, fault)))
 
-    async def _abort(self, firing: Firing) -> Early:
-        """An answer that never reaches the world model; the call leaves no trace in the world's history."""
-        fault = firing.perturbation.fault
-        record = self.record
-        record.in_history = False
-        if isinstance(fault, HangFault):
-            record.faults.append(fault_entry(firing))
-            if fault.seconds is None:
-                await anyio.sleep_forever()
-            await anyio.sleep(fault.seconds or 0)
-            return Early(
-                answer=apply.Answer(apply.timeout_text(self.tool.name, fault.seconds or 0), is_error=True)
-            )
-        if isinstance(fault, ProtocolErrorFault):
-            record.faults.append(fault_entry(firing))
-            text = f"JSON-RPC error {fault.code}: {fault.message}"
-            return Early(answer=apply.Answer(text, is_error=True), protocol_error=(fault.code, fault.message))
-        assert isinstance(fault, ErrorFault)
-        body = apply.error_body(fault, self.tool, self.arguments)
-        record.faults.append(fault_entry(firing, **body.details))
-        return Early(answer=apply.Answer(body.text, is_error=True))
+async def before(call: Call) -> Before:
+    """Delays, then an abort or a replayed answer that replaces the world model's, else the instruct faults' notes
+    for the prompt."""
+    delays: list[tuple[Firing, Delay]] = [(f, _apply(call, f)) for f in fired(call, "delay")]
+    for firing, delay in delays:
+        _log(call, firing, latency_ms=round(delay.ms, 3))
+    if delays:
+        every = min(delay.progress_every_ms for _, delay in delays)
+        await apply.wait_with_progress(sum(delay.ms for _, delay in delays), every, call.report)
+    aborts = fired(call, "abort")
+    if aborts:
+        for other in aborts[1:]:  # fired too, but one answer per call: the first in spec order wins
+            _log(call, other, applied=False, reason=f"{aborts[0].name} already answered this call")
+        return await _abort(call, aborts[0])
+    replays = fired(call, "replay")
+    if replays:
+        replayed = _replay(call, replays[0])
+        if replayed is not None:
+            return replayed
+    return _instruct(call, fired(call, "instruct"))
 
-    async def _stale(
-        self, firing: Firing, records: Sequence[CallRecord], generate: Generate
-    ) -> apply.Answer | None:
-        fault = firing.perturbation.fault
-        assert isinstance(fault, StaleFault)
-        record = self.record
-        earlier = apply.earlier_observation(records, self.tool.name, self.arguments, fault.pick)
-        if earlier is None:
-            record.faults.append(
-                fault_entry(firing, applied=False, reason="no earlier observation of this call to repeat")
-            )
-            return None
-        entry = fault_entry(firing, stale_of=earlier.index + 1)
-        record.faults.append(entry)
-        if fault.ground_truth:
-            truth = await generate([])
-            entry.ground_truth = truth.text
-            if truth.is_error:
-                record.in_history = False
-            else:
-                record.truth = truth.text
+
+async def _abort(call: Call, firing: Firing) -> Before:
+    """An answer that never reaches the world model; the call leaves no trace in the world's history."""
+    call.in_history = False
+    aborted: Aborted = _apply(call, firing)
+    _log(call, firing, **aborted.details)
+    if aborted.wait_s:
+        await anyio.sleep(aborted.wait_s)
+    return Before(answer=aborted.answer, protocol_error=aborted.protocol_error)
+
+
+def _replay(call: Call, firing: Firing) -> Before | None:
+    replayed: Replayed | str = _apply(call, firing)
+    if isinstance(replayed, str):
+        _log(call, firing, applied=False, reason=replayed)
+        return None
+    entry = _log(call, firing, **replayed.details)
+    text = render_result(replayed.structured) if replayed.structured is not None else replayed.observation
+    answer = apply.Answer(text, structured=replayed.structured)
+    if firing.perturbation.fault.wants_truth:
+        return Before(answer=answer, wants_truth=True, replayed=(entry, replayed))
+    call.in_history = False  # no world-model answer belongs in the history
+    _show(call, replayed)
+    return Before(answer=answer)
+
+
+def _show(call: Call, replayed: Replayed) -> None:
+    call.observation, call.structured = replayed.observation, replayed.structured
+
+
+def _instruct(call: Call, firings: Sequence[Firing]) -> Before:
+    plan = Before(
+        instructed=[(f, _apply(call, f)) for f in firings],
+        wants_truth=any(f.perturbation.fault.wants_truth for f in firings),
+    )
+    plan.notes = [instructed.note for _, instructed in plan.instructed]
+    if not plan.wants_truth:
+        _log_instructed(call, plan, None)
+    return plan
+
+
+def _log_instructed(call: Call, plan: Before, truth: Observed | None) -> None:
+    for firing, instructed in plan.instructed:
+        details = instructed.details if truth is None else {**instructed.details, "ground_truth": truth.text}
+        _log(call, firing, **details)
+    if truth is not None and not truth.is_error and all(i.truth_stands for _, i in plan.instructed):
+        plan.truth = truth.text
+
+
+def settle_truth(call: Call, plan: Before, truth: Observed) -> None:
+    """The world model's unperturbed observation, asked for because `plan.wants_truth`: recorded with the faults
+    that wanted it; the world keeps it where the agent sees something else."""
+    if plan.replayed is not None:
+        entry, replayed = plan.replayed
+        entry.ground_truth = truth.text
+        if truth.is_error:
+            call.in_history = False
         else:
-            record.in_history = False
-        record.observation, record.structured = earlier.observation, earlier.structured
-        text = render_result(earlier.structured) if earlier.structured is not None else earlier.observation
-        return apply.Answer(text, structured=earlier.structured)
+            call.truth = truth.text
+        _show(call, replayed)
+    else:
+        _log_instructed(call, plan, truth)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# after it
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def after(call: Call, plan: Before, observed: Observed) -> apply.Answer | None:
+    """Shape faults on the world model's answer, in spec order; each changes what the agent sees, never the world.
+    None when the answer stands as it is."""
+    if plan.truth is not None:
+        call.truth = plan.truth
+    shape = fired(call, "shape")
+    if not shape:
+        return None
+    if observed.is_error:
+        for firing in shape:
+            _log(call, firing, applied=False, reason="the world model answered with an error")
+        return None
+    original = observed.text
+    answer = apply.Answer(observed.text, observed.structured)
+    for firing in shape:
+        kind = kinds.of(firing.perturbation.fault)
+        result: apply.Answer | str = _apply(call, firing, answer)
+        details = kind.details(call, firing.perturbation.fault) if kind.details is not None else {}
+        if isinstance(result, str):
+            _log(call, firing, applied=False, reason=result, **details)
+            continue
+        _log(call, firing, ground_truth=original, **details)
+        answer = result
+    if answer.text == original and answer.structured == observed.structured:
+        return None
+    if call.truth is None:
+        call.truth = original
+    call.observation, call.structured = answer.text, answer.structured
+    return answer
+
+
+def change_catalog(call: Call) -> None:
+    """Catalog changes take effect after the call, whatever its outcome (each once per world)."""
+    for firing in fired(call, "catalog"):
+        if firing.name not in call.catalog.applied:
+            fault = firing.perturbation.fault
+            _log(call, firing, **kinds.of(fault).apply(call.catalog, fault, firing.name))
+
+
+def changed_catalog(entries: Iterable[FaultEntry]) -> bool:
+    """Whether these fault entries changed the tool list (the server then notifies its clients)."""
+    return any(
+        e.applied and e.kind in kinds.KINDS and kinds.KINDS[e.kind].phase == "catalog" for e in entries
+    )
+
+
+def restore_catalog(
+    catalog: apply.Catalog, perturbations: Sequence[Perturbation], records: Iterable[CallRecord]
+) -> None:
+    """A resumed world keeps the catalog changes its recorded calls made, in the order they were made."""
+    by_name = {p.name: p for p in perturbations}
+    for record in sorted(records, key=lambda r: r.time):
+        for entry in record.faults:
+            p = by_name.get(entry.name)
+            if p is None or not entry.applied or p.name in catalog.applied:
+                continue
+            kind = kinds.of(p.fault)
+            if kind.phase == "catalog":
+                kind.apply(catalog, p.fault, p.name)

@@ -22,7 +22,6 @@ from aw_mcp.perturb.spec import (
     Degrade,
     Every,
     First,
-    LatencyFault,
     Perturbation,
     RandomSchedule,
     Window,
@@ -98,7 +97,7 @@ def decide(
         return Firing(perturbation, n, state=state) if fires else None
     if isinstance(s, Degrade):
         ramp = s.ramp(n)
-        if isinstance(perturbation.fault, LatencyFault):
+        if perturbation.fault.ramp_scales:
             return Firing(perturbation, n, scale=ramp) if ramp > 0 else None
         return Firing(perturbation, n) if draw() < min(1.0, ramp) else None
     if isinstance(s, Every):

@@ -1,17 +1,28 @@
 """Perturbation specs: what a world's `perturbations:` entries say (match, fault kind, schedule), as pydantic models.
 
-Which of them fire on a call is decided in `perturb/planner.py`; how each kind changes the call, in
-`perturb/apply.py`.
+Each fault kind's spec is a `FaultSpec` subclass (the built-in ones here, in `FAULT_SPECS`, which a `fault:` is
+validated against); its phase, how it is applied and how an agent's reaction to it is graded are its entry in
+`perturb/kinds.py`, whose `register` also adds a kind defined elsewhere. Which perturbations fire on a call is
+decided in `perturb/planner.py`.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
+import typing
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import (
+    Field,
+    SerializeAsAny,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from aw_mcp.spec_model import StrictSpecModel
 
@@ -51,14 +62,30 @@ class Match(StrictSpecModel):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# fault kinds (what happens when a perturbation fires); applied by aw_mcp/perturb/apply.py
+# fault kinds (what happens when a perturbation fires); each kind's entry in aw_mcp/perturb/kinds.py applies it
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class LatencyFault(StrictSpecModel):
+class FaultSpec(StrictSpecModel):
+    """The base of a fault kind's spec: a subclass declares `kind: Literal["<name>"]` and its parameters. Its entry
+    in `perturb/kinds.py` gives the kind its phase, its effect and its grading, and makes it readable in world
+    files (`FAULT_SPECS`)."""
+
+    kind: str
+    # A degrade schedule's ramp scales this kind's effect (latency: the delay) instead of being its probability.
+    ramp_scales: ClassVar[bool] = False
+
+    @property
+    def wants_truth(self) -> bool:
+        """Whether the world model is also asked for the unperturbed observation (`ground_truth: true`)."""
+        return bool(getattr(self, "ground_truth", False))
+
+
+class LatencyFault(FaultSpec):
     """Wait before answering. Exactly one distribution: fixed, uniform, normal, or lognormal; plus jitter."""
 
     kind: Literal["latency"]
+    ramp_scales: ClassVar[bool] = True
     fixed_ms: float | None = Field(default=None, ge=0)
     min_ms: float | None = Field(default=None, ge=0)
     max_ms: float | None = Field(default=None, ge=0)
@@ -114,7 +141,7 @@ class LatencyFault(StrictSpecModel):
         return max(0.0, base + self.jitter_ms * (2.0 * u3 - 1.0))
 
 
-class ErrorFault(StrictSpecModel):
+class ErrorFault(FaultSpec):
     """An isError result in a realistic shape. Exactly one of: status, timeout_s, quota, declared."""
 
     kind: Literal["error"]
@@ -148,14 +175,14 @@ class ErrorFault(StrictSpecModel):
         return self
 
 
-class HangFault(StrictSpecModel):
+class HangFault(FaultSpec):
     """Never answer until the client cancels; with `seconds`, give up after that long with a timeout error."""
 
     kind: Literal["hang"]
     seconds: float | None = Field(default=None, gt=0)
 
 
-class ProtocolErrorFault(StrictSpecModel):
+class ProtocolErrorFault(FaultSpec):
     """A JSON-RPC error instead of a result."""
 
     kind: Literal["protocol_error"]
@@ -173,33 +200,33 @@ class ProtocolErrorFault(StrictSpecModel):
         return self
 
 
-class TruncateFault(StrictSpecModel):
+class TruncateFault(FaultSpec):
     """Cut the answer: text keeps its first `keep` fraction; structured results keep that fraction of each list."""
 
     kind: Literal["truncate"]
     keep: float = Field(default=0.5, gt=0.0, lt=1.0)
 
 
-class EmptyFault(StrictSpecModel):
+class EmptyFault(FaultSpec):
     """An empty answer: empty text, or every list in a structured result emptied (when the schema allows it)."""
 
     kind: Literal["empty"]
 
 
-class OversizedFault(StrictSpecModel):
+class OversizedFault(FaultSpec):
     """A huge answer of at least `size_chars` characters (lists repeated for structured results)."""
 
     kind: Literal["oversized"]
     size_chars: int = Field(default=200_000, ge=1_000, le=50_000_000)
 
 
-class MalformedFault(StrictSpecModel):
+class MalformedFault(FaultSpec):
     """Invalid JSON (the answer cut before it closes). Opt-in only: no preset uses it."""
 
     kind: Literal["malformed"]
 
 
-class StaleFault(StrictSpecModel):
+class StaleFault(FaultSpec):
     """Answer with an earlier observation of the same tool and arguments, even after a write."""
 
     kind: Literal["stale"]
@@ -207,7 +234,7 @@ class StaleFault(StrictSpecModel):
     ground_truth: bool = False  # also ask the world model for the current answer, recorded with the fault
 
 
-class WrongContentFault(StrictSpecModel):
+class WrongContentFault(FaultSpec):
     """This call's observation is plausible but wrong; the world's true state does not change."""
 
     kind: Literal["wrong_content"]
@@ -215,7 +242,7 @@ class WrongContentFault(StrictSpecModel):
     ground_truth: bool = False  # also ask the world model for the unperturbed observation
 
 
-class CounterfactualFault(StrictSpecModel):
+class CounterfactualFault(FaultSpec):
     """From this call on, the world holds something that is not so; the ledger keeps later calls consistent."""
 
     kind: Literal["counterfactual"]
@@ -261,7 +288,7 @@ def _scalars(value: Any) -> list[str]:
     return [] if value is None or isinstance(value, bool) else [str(value)]
 
 
-class InjectFault(StrictSpecModel):
+class InjectFault(FaultSpec):
     """Text slotted into the observation (prompt-injection tests), from a named slot with a default text."""
 
     kind: Literal["inject"]
@@ -272,7 +299,7 @@ class InjectFault(StrictSpecModel):
     expect_call: ExpectCall | None = None  # the action it tries to provoke (default: the slot's, if any)
 
 
-class CatalogFault(StrictSpecModel):
+class CatalogFault(FaultSpec):
     """Change the tool catalog for the whole world when it fires (once), with a tools/list_changed notification."""
 
     kind: Literal["catalog"]
@@ -287,22 +314,51 @@ class CatalogFault(StrictSpecModel):
         return self
 
 
-Fault = Annotated[
-    LatencyFault
-    | ErrorFault
-    | HangFault
-    | ProtocolErrorFault
-    | TruncateFault
-    | EmptyFault
-    | OversizedFault
-    | MalformedFault
-    | StaleFault
-    | WrongContentFault
-    | CounterfactualFault
-    | InjectFault
-    | CatalogFault,
-    Field(discriminator="kind"),
-]
+def kind_name(spec: type[FaultSpec]) -> str:
+    """The `kind:` a spec model declares."""
+    names = typing.get_args(spec.model_fields["kind"].annotation)
+    if len(names) != 1 or not isinstance(names[0], str):
+        raise TypeError(f'{spec.__name__}: declare `kind: Literal["<name>"]`')
+    return names[0]
+
+
+FAULT_SPECS: dict[str, type[FaultSpec]] = {kind_name(spec): spec for spec in FaultSpec.__subclasses__()}
+"""The spec model of every kind a world file's `fault:` may name: the built-in ones, defined above (their entries
+are in `perturb/kinds.py`); `kinds.register` adds a kind defined elsewhere."""
+
+
+def _fault_of_its_kind(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> FaultSpec:
+    """A `fault:` validated by the spec model its `kind` names (as a discriminated union over `FAULT_SPECS` would,
+    with its error messages, but over the kinds defined when the world is read)."""
+    if isinstance(value, FaultSpec) and isinstance(value, FAULT_SPECS.get(value.kind, ())):
+        return value
+    if not isinstance(value, dict):
+        raise PydanticCustomError(
+            "model_attributes_type", "Input should be a valid dictionary or object to extract fields from"
+        )
+    if "kind" not in value:
+        raise PydanticCustomError(
+            "union_tag_not_found",
+            "Unable to extract tag using discriminator {discriminator}",
+            {"discriminator": "'kind'"},
+        )
+    tag = value["kind"]
+    model = FAULT_SPECS.get(tag) if isinstance(tag, str) else None
+    if model is None:
+        raise PydanticCustomError(
+            "union_tag_invalid",
+            "Input tag '{tag}' found using {discriminator} does not match any of the expected tags: {expected_tags}",
+            {
+                "tag": str(tag),
+                "discriminator": "'kind'",
+                "expected_tags": ", ".join(repr(name) for name in FAULT_SPECS),
+            },
+        )
+    return model.model_validate(value, context=info.context)
+
+
+Fault = Annotated[SerializeAsAny[FaultSpec], WrapValidator(_fault_of_its_kind)]
+"""A perturbation's fault: the `FaultSpec` subclass that its `kind` names."""
 
 # ---------------------------------------------------------------------------------------------------------------
 # schedules (when a matched call fires); `n` is the perturbation's own 1-based matched-call count
@@ -403,7 +459,7 @@ class Perturbation(StrictSpecModel):
     @model_validator(mode="after")
     def _ramp_is_a_probability(self) -> Perturbation:
         s = self.schedule
-        if isinstance(s, Degrade) and not isinstance(self.fault, LatencyFault):
+        if isinstance(s, Degrade) and not self.fault.ramp_scales:
             if s.start > 1 or (s.max is not None and s.max > 1):
                 raise ValueError("for this fault kind the degrade ramp is a probability: start and max ≤ 1")
         return self

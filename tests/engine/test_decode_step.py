@@ -101,5 +101,5 @@ def test_static_decode_generation_equals_eager(tiny_ckpt) -> None:
 
 def test_scratch_slot_is_never_handed_out(tiny_ckpt) -> None:
     llm = LLM(str(tiny_ckpt), device="cpu", progress=False, max_num_seqs=2, max_model_len=32)
-    taken = {llm.cache.allocate() for _ in range(llm.cache.num_free)}
+    taken = {llm.cache_manager.take_slot() for _ in range(llm.cache_manager.num_free)}
     assert llm.cache.pad_slot not in taken and llm.cache.keys.shape[1] == llm.cache.num_slots + 1

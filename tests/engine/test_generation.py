@@ -121,8 +121,10 @@ def test_stream_yields_the_same_text_and_can_be_cancelled(tiny_llm: LLM) -> None
         seen.append(delta)
         if delta.num_generated >= 3:
             cancel.set()
-    assert seen[-1].finish_reason == "abort" and seen[-1].num_generated <= 4
-    assert tiny_llm.cache.num_free == tiny_llm.cache.num_slots
+    # The loop stops at its next step after the cancel; how far it ran ahead of this consumer before the cancel is
+    # the machine's speed (5 beside two CPU-bound processes): "long before max_tokens", with a 10x margin.
+    assert seen[-1].finish_reason == "abort" and seen[-1].num_generated <= 50
+    assert tiny_llm.cache_manager.num_free == tiny_llm.cache_manager.num_slots
 
 
 def test_reasoning_split() -> None:

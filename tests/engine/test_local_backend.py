@@ -66,7 +66,7 @@ def test_cancellation_stops_the_decode_loop(backend: LocalWorldModel) -> None:
 
     anyio.run(main)
     deadline = time.monotonic() + 30  # generous: the loop drops it at its next step
-    while llm.cache.num_free != llm.cache.num_slots:
+    while llm.cache_manager.num_free != llm.cache_manager.num_slots:
         assert time.monotonic() < deadline, "decode loop did not stop"
         time.sleep(0.01)
     assert not llm.engine.scheduler.running and not llm.engine.scheduler.waiting

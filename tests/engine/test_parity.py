@@ -90,16 +90,14 @@ def test_decode_logits_equal_full_forward(tiny_llm: LLM) -> None:
 
     ids = torch.randint(0, 300, (30,), generator=torch.Generator().manual_seed(9))
     full = tiny_llm.logits(ids)
-    slot = tiny_llm.cache.allocate()
-    try:
+    with tiny_llm.cache_manager.borrowed_slot() as slot:
+        tiny_llm.cache.reset(slot)
         prefix = 10
         batch = ForwardBatch.build([slot], [0], [prefix], torch.device("cpu"))
         steps = [tiny_llm.model(ids[:prefix], batch, tiny_llm.cache)[0]]
         for pos in range(prefix, 30 - 1):
             batch = ForwardBatch.build([slot], [pos], [1], torch.device("cpu"))
             steps.append(tiny_llm.model(ids[pos : pos + 1], batch, tiny_llm.cache)[0])
-    finally:
-        tiny_llm.cache.free(slot)
     assert _rel_err(torch.stack(steps), full[prefix - 1 : 29]) <= 1e-4
 
 
@@ -108,8 +106,8 @@ def test_chunked_prefill_continuation_equals_full(tiny_llm: LLM) -> None:
 
     ids = torch.randint(0, 300, (100,), generator=torch.Generator().manual_seed(11))
     full = tiny_llm.logits(ids)
-    slot = tiny_llm.cache.allocate()
-    try:
+    with tiny_llm.cache_manager.borrowed_slot() as slot:
+        tiny_llm.cache.reset(slot)
         cpu = torch.device("cpu")
         first = tiny_llm.model(
             ids[:70], ForwardBatch.build([slot], [0], [70], cpu), tiny_llm.cache, all_logits=True
@@ -117,8 +115,6 @@ def test_chunked_prefill_continuation_equals_full(tiny_llm: LLM) -> None:
         rest = tiny_llm.model(
             ids[70:], ForwardBatch.build([slot], [70], [30], cpu), tiny_llm.cache, all_logits=True
         )
-    finally:
-        tiny_llm.cache.free(slot)
     assert _rel_err(torch.cat([first, rest]), full) <= 1e-4
 
 
@@ -143,4 +139,4 @@ def test_more_requests_than_slots(tiny_ckpt: Path) -> None:
     outs = llm.generate(["a", "bb", "ccc", "dddd", "e"], params)
     assert [len(o.outputs[0].token_ids) for o in outs] == [5] * 5
     assert outs[0].outputs[0].token_ids == llm.generate(["a"], params)[0].outputs[0].token_ids
-    assert llm.cache.num_free == 2
+    assert llm.cache_manager.num_free == 2

@@ -142,7 +142,10 @@ def test_a_disconnected_stream_frees_its_slot(base_url: str, tiny_llm: LLM) -> N
         assert any(line.startswith("data: ") for line in received)
         assert tiny_llm.engine.scheduler.running  # still generating when the client leaves
     deadline = time.monotonic() + 30  # generous; the loop drops it at the next step after the disconnect
-    while tiny_llm.engine.scheduler.running or tiny_llm.cache.num_free != tiny_llm.cache.num_slots:
+    while (
+        tiny_llm.engine.scheduler.running
+        or tiny_llm.cache_manager.num_free != tiny_llm.cache_manager.num_slots
+    ):
         assert time.monotonic() < deadline, "the abandoned request kept its slot"
         time.sleep(0.02)
 
@@ -166,7 +169,10 @@ def test_a_client_that_leaves_a_non_streaming_request_frees_its_slot(base_url: s
             assert time.monotonic() < deadline, "the request never started"
             time.sleep(0.005)
     deadline = time.monotonic() + 30
-    while tiny_llm.engine.scheduler.running or tiny_llm.cache.num_free != tiny_llm.cache.num_slots:
+    while (
+        tiny_llm.engine.scheduler.running
+        or tiny_llm.cache_manager.num_free != tiny_llm.cache_manager.num_slots
+    ):
         assert time.monotonic() < deadline, "the abandoned request kept its slot"
         time.sleep(0.02)
     assert _aborted(tiny_llm) == aborted + 1

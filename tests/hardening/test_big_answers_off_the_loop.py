@@ -59,6 +59,7 @@ class OneAnswer:
         return None
 
 
+@pytest.mark.slow  # seconds of jsonschema work on 60k objects (7-20 s on a loaded 2-core box)
 async def test_validating_a_big_answer_does_not_hold_the_event_loop() -> None:
     world = load_world_text(WORLD, "big.yaml")
     text = big_answer(60_000)  # ~2.4 MB, 60k objects: seconds of jsonschema work in Python

@@ -25,7 +25,7 @@ from aw_mcp.http_guard import HttpOptions
 from aw_mcp.server import WorldApp, build_http_app
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import ModelSettings, load_world_text
-from tests.conftest import REPO, SMALL_WORLD, ScriptedWorldModel, free_port, observation
+from tests.conftest import REPO, SMALL_WORLD, SUBPROCESS_S, ScriptedWorldModel, free_port, observation
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 pytestmark = pytest.mark.anyio
@@ -138,7 +138,7 @@ def test_stdio_answers_malformed_lines(small_world_path: Path) -> None:
         text=True,
         env=env,
         cwd=str(REPO),
-        timeout=60,
+        timeout=SUBPROCESS_S,
     )
     answers = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     codes = [(a.get("id"), a["error"]["code"]) for a in answers]

@@ -30,7 +30,7 @@ from aw_mcp.redaction import redact_secrets
 from aw_mcp.session import SessionRegistry
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import load_world_text
-from tests.conftest import REPO, SMALL_WORLD, free_port
+from tests.conftest import REPO, SMALL_WORLD, SUBPROCESS_S, free_port
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 KEY = "sk-canary-5f1d9e2a7b"
@@ -158,7 +158,7 @@ def test_serve_sends_no_key_to_a_world_file_s_url_the_preflight_included(tmp_pat
                 if "id" in request:
                     answers.append(json.loads(proc.stdout.readline() or "null"))
         finally:
-            _, stderr = proc.communicate(timeout=60)
+            _, stderr = proc.communicate(timeout=SUBPROCESS_S)
     assert [a and a.get("id") for a in answers] == [1, 2, 3], stderr
     paths = [(m, p) for m, p, _ in canary.seen]
     assert ("GET", "/x/v1/models") in paths and ("POST", "/x/v1/chat/completions") in paths, paths

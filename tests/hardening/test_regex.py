@@ -15,11 +15,14 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
 
+from aw_mcp.http_guard import HttpOptions
 from aw_mcp.schema_check import safe_pattern, schema_validator
 from aw_mcp.simulator import Simulator
 from aw_mcp.world import load_world, load_world_text, validate_paths
-from tests.conftest import REPO, ScriptedWorldModel, observation
+from tests.conftest import REPO, ScriptedWorldModel, free_port, observation
+from tests.hardening.test_http_protocol_backend import http_world
 
 REDOS_WORLD = """\
 name: redos
@@ -77,10 +80,10 @@ def test_an_answer_is_checked_at_once_too() -> None:
 
 def test_huge_inputs_take_linear_time() -> None:
     """In a child process with a deadline, so that before the fix the test fails instead of hanging."""
-    script = (
+    script = (  # the world on stdin: importing this module would import the test suite's conftest (and torch)
+        "import sys\n"
         "from aw_mcp.world import load_world_text\n"
-        "from tests.hardening.test_regex import REDOS_WORLD\n"
-        "w = load_world_text(REDOS_WORLD)\n"
+        "w = load_world_text(sys.stdin.read())\n"
         "big = 'a' * 100_000 + '!'\n"
         "assert w.tool('echo').argument_problems({'s': big})\n"
         "assert w.tool('closed').argument_problems({'x' * 100_000: 1})\n"
@@ -88,7 +91,12 @@ def test_huge_inputs_take_linear_time() -> None:
         "assert w.tool('answer').output_problem({'s': big})\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, timeout=60, capture_output=True, text=True
+        [sys.executable, "-c", script],
+        input=REDOS_WORLD,
+        cwd=REPO,
+        timeout=60,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -174,3 +182,31 @@ def test_ecma_escapes_and_odd_text_are_matched() -> None:
 def test_every_bundled_world_pattern_is_linear_time() -> None:
     warnings = [str(i) for i in validate_paths(sorted((REPO / "worlds").glob("*.yaml")))]
     assert not [w for w in warnings if "not linear-time" in w]
+
+
+@pytest.mark.anyio
+async def test_over_http_another_session_s_ping_is_answered_while_the_redos_call_is_checked() -> None:
+    """The issue's own scenario: one HTTP session sends the 28-`a` call, another pings meanwhile. Before the fix
+    the ping waited the whole 25 s of the match; the product promise is 0.2 s, asserted with a 10x margin."""
+    async with http_world(HttpOptions(port=free_port()), REDOS_WORLD) as (url, _):
+        async with Client(url, mode="legacy") as caller, Client(url, mode="legacy") as other:
+            await other.send_ping()  # both sessions are up before the clock starts
+            pings: list[float] = []
+
+            async def keep_pinging(done: anyio.Event) -> None:
+                while not done.is_set():
+                    started = time.perf_counter()
+                    await other.send_ping()
+                    pings.append(time.perf_counter() - started)
+                    await anyio.sleep(0.01)
+
+            done = anyio.Event()
+            async with anyio.create_task_group() as group:
+                group.start_soon(keep_pinging, done)
+                started = time.perf_counter()
+                result = await caller.call_tool("echo", {"s": EVIL})
+                took = time.perf_counter() - started
+                done.set()
+    assert result.is_error and "Invalid arguments" in result.content[0].text
+    assert took < 10  # rejected at once (before: 7-25 s), with a 10x margin over the 1 s promise
+    assert pings and max(pings) < 2.0, pings  # the 0.2 s promise, 10x margin
