@@ -10,4 +10,9 @@ PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && ! command -v nvidia-smi >/dev/null && PY=.venv/bin/python
 LOG="${OUT:-/tmp}/gpu_check.log"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | tee "$LOG"
-PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 540 "$PY" bench/gpu_check.py "$@" 2>&1 | tee -a "$LOG"
+PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 510 "$PY" bench/gpu_check.py "$@" 2>&1 | tee -a "$LOG"
+# Forks on one engine (issue 24): prefix-cache reuse and batching of 16 envs, tiny model; skipped on a dry run.
+if [[ " $* " != *" --dry-run "* ]] && command -v nvidia-smi >/dev/null; then
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 45 "$PY" bench/env_fork_engine.py --device cuda \
+    --max-tokens 64 --calls 4 2>&1 | tail -16 | tee -a "$LOG" || echo "env_fork_engine: did not finish" | tee -a "$LOG"
+fi
