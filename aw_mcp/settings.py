@@ -19,12 +19,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Literal, get_args
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from aw_mcp.errors import UserError
+from aw_mcp.spec_model import http_url
 
 Backend = Literal["openai", "local", "replay", "demo"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -54,15 +54,7 @@ class AwSettings(BaseSettings):
     auth_token: SecretStr | None = Field(default=None, validation_alias="AW_AUTH_TOKEN")
     hf_hub_offline: bool = Field(default=False, validation_alias="HF_HUB_OFFLINE")
 
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("expected an http(s) URL such as http://127.0.0.1:8000/v1")
-        return value
+    _http_url = field_validator("base_url")(http_url)
 
     @field_validator("hf_hub_offline", mode="before")
     @classmethod

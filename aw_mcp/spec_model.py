@@ -7,10 +7,21 @@ from __future__ import annotations
 import types
 import typing
 from typing import Annotated, Any, Union
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Strict, model_validator
 
 _SCALARS = (bool, int, float, str)
+
+
+def http_url(value: str | None) -> str | None:
+    """A model server's base URL (a world's `model.base_url`, `AW_BASE_URL`): http or https with a host."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http(s) URL such as http://127.0.0.1:8000/v1")
+    return value
 
 
 def scalar_kinds(annotation: Any) -> set[type]:

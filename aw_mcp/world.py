@@ -11,7 +11,6 @@ from datetime import date, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -34,7 +33,7 @@ from aw_mcp.schema_check import (
     regex_problems,
     schema_validator,
 )
-from aw_mcp.spec_model import StrictSpecModel
+from aw_mcp.spec_model import StrictSpecModel, http_url
 from aw_mcp.spec_source import PathKey, SpecSource, SpecSyntaxError, parse_yaml, read_yaml
 
 log = logging.getLogger(__name__)
@@ -279,15 +278,7 @@ class ModelSettings(StrictSpecModel):
     # (aw_mcp/constrained.py); post-hoc validation and output_retries still apply.
     constrained: bool = Field(default=True, strict=True)
 
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("expected an http(s) URL such as http://127.0.0.1:8000/v1")
-        return value
+    _http_url = field_validator("base_url")(http_url)
 
     @property
     def token_budget(self) -> int:
