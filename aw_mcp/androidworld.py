@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from aw_mcp.action_space import object_schema
+
 ACTION_TYPE = "action_type"
 
 _INDEX: dict[str, Any] = {
@@ -53,12 +55,7 @@ class Action:
         return "{" + ", ".join(parts) + "}"
 
     def input_schema(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {p.name: p.schema for p in self.params},
-            "required": [p.name for p in self.params if p.required],
-            "additionalProperties": False,
-        }
+        return object_schema(self.params)
 
     def tool(self) -> dict[str, Any]:
         """The MCP tool (YAML/wire shape) for this action type."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aw_mcp.action_space import object_schema
+
 _BUTTON: dict[str, Any] = {
     "enum": ["left", "middle", "right"],
     "default": "left",
@@ -51,12 +53,7 @@ class Function:
         return f"{self.name}({', '.join(parts)})"
 
     def input_schema(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {p.name: p.schema for p in self.params},
-            "required": [p.name for p in self.params if p.required],
-            "additionalProperties": False,
-        }
+        return object_schema(self.params)
 
     def tool(self) -> dict[str, Any]:
         """The MCP tool (YAML/wire shape) for this function."""
