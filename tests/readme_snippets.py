@@ -1,4 +1,5 @@
-"""The README's fenced code blocks and the markers that say whether tests/test_readme.py runs them.
+"""The fenced code blocks of the README and of the documentation pages (docs/*.md, the mkdocs site), and the
+markers that say whether tests/test_readme.py runs them.
 
 A marker is an HTML comment (invisible on GitHub) on the line right before a block's opening fence:
 
@@ -19,7 +20,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+# Every page whose blocks are checked and run: the README, then the site's pages (mkdocs.yml's nav lists them all).
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 
 RUNNABLE_KINDS = {
     "python": {"python"},
@@ -42,19 +46,30 @@ class Block:
     heading: str  # the nearest heading above
     marker: str | None = None  # "runnable" or "not run"
     detail: str = ""  # the kind of a runnable block, the reason of a not-run one
+    page: str = "README.md"  # the file, relative to the repository
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line} ({self.lang or 'plain'} block under {self.heading!r})"
+        return f"{self.page}:{self.line} ({self.lang or 'plain'} block under {self.heading!r})"
 
     @property
     def kind(self) -> str | None:
         return self.detail if self.marker == "runnable" else None
 
 
-def blocks(text: str | None = None) -> list[Block]:
-    """Every fenced block of the README in order, with the marker on the line before it, if any."""
-    lines = (README.read_text(encoding="utf-8") if text is None else text).splitlines()
+def page_name(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+def all_blocks() -> list[Block]:
+    """Every page's blocks, page by page (README first)."""
+    return [block for path in PAGES for block in blocks(path=path)]
+
+
+def blocks(text: str | None = None, path: Path = README) -> list[Block]:
+    """Every fenced block of one page (the README unless named; or `text`, as that page) in order, with the marker
+    on the line before it, if any."""
+    lines = (path.read_text(encoding="utf-8") if text is None else text).splitlines()
     found: list[Block] = []
     heading = "(top)"
     i = 0
@@ -80,6 +95,7 @@ def blocks(text: str | None = None) -> list[Block]:
                 heading=heading,
                 marker=marker["what"] if marker else None,
                 detail=marker["detail"] if marker else "",
+                page=page_name(path),
             )
         )
         i = end + 1

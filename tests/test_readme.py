@@ -1,4 +1,5 @@
-"""The README's code blocks run as written, against the versions pyproject.toml pins (issue 22).
+"""The code blocks of the README and of every documentation page (docs/*.md, the mkdocs site) run as written,
+against the versions pyproject.toml pins (issues 22 and 30).
 
 Each fenced block carries a marker (tests/readme_snippets.py): `runnable: python|shell|world|server` blocks are run
 here, `not run: REASON` blocks say why not, and configuration / output blocks (json, yaml, text) need no marker
@@ -45,15 +46,25 @@ import yaml
 
 from aw_mcp import engine_extra
 from tests.conftest import REPO
-from tests.readme_snippets import EXAMPLE_LANGUAGES, MARKER, README, RUNNABLE_KINDS, Block, blocks
+from tests.readme_snippets import (
+    EXAMPLE_LANGUAGES,
+    MARKER,
+    PAGES,
+    README,
+    RUNNABLE_KINDS,
+    Block,
+    all_blocks,
+    blocks,
+    page_name,
+)
 
 BLOCKED = ("torch", "transformers", "triton", "safetensors", "tokenizers")
 PRELUDE = "import sys\nfor _name in {blocked!r}:\n    sys.modules[_name] = None\ndel _name\n"
 INSTALL_LINE = re.compile(r"^\s*(pip3? install\b|python3? -m (venv|pip install)\b|npm install\b)")
-# Packages of an extra that the README's snippets use: without the extra, those snippets are skipped.
+# Packages of an extra that the documentation's snippets use: without the extra, those snippets are skipped.
 OPTIONAL = {"fastmcp": "[openenv]", "openenv": "[openenv]"}
 TIMEOUT_S = 240  # generous: the 2-core test machine is often shared; the blocks take seconds
-BLOCKS = blocks()
+BLOCKS = all_blocks()
 
 
 def runnable(*kinds: str) -> list[Block]:
@@ -61,18 +72,18 @@ def runnable(*kinds: str) -> list[Block]:
 
 
 def served(block: Block) -> bool:
-    """Whether the block runs with the `runnable: server` block right before it."""
+    """Whether the block runs with the `runnable: server` block right before it (on the same page)."""
     index = BLOCKS.index(block)
-    return index > 0 and BLOCKS[index - 1].kind == "server"
+    return index > 0 and BLOCKS[index - 1].kind == "server" and BLOCKS[index - 1].page == block.page
 
 
 # --- markers and examples (fast) ---
 
 
-def marker_problems(text: str) -> list[str]:
-    """What is wrong with the markers of a README text: blocks that are neither marked nor examples, markers that
+def marker_problems(text: str, path: Path = README) -> list[str]:
+    """What is wrong with the markers of a page's text: blocks that are neither marked nor examples, markers that
     do not fit their block, reasons too short to say anything, markers away from a fence."""
-    found, problems = blocks(text), []
+    found, problems = blocks(text, path), []
     for index, block in enumerate(found):
         if block.marker is None and block.lang not in EXAMPLE_LANGUAGES:
             problems.append(
@@ -92,13 +103,25 @@ def marker_problems(text: str) -> list[str]:
     lines = text.splitlines()
     for number, line in enumerate(lines, 1):
         if MARKER.match(line) and (number >= len(lines) or not lines[number].lstrip().startswith("```")):
-            problems.append(f"README.md:{number}: a marker must sit on the line right before a code fence")
+            problems.append(
+                f"{page_name(path)}:{number}: a marker must sit on the line right before a code fence"
+            )
     return problems
 
 
-def test_every_block_is_marked_or_an_example() -> None:
-    problems = marker_problems(README.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("page", PAGES, ids=page_name)
+def test_every_block_is_marked_or_an_example(page: Path) -> None:
+    problems = marker_problems(page.read_text(encoding="utf-8"), page)
     assert not problems, "\n".join(problems)
+
+
+def test_the_pages_checked_are_the_sites_pages() -> None:
+    """The pages whose blocks run here are the pages of the site: each docs/*.md is in mkdocs.yml's nav, and the nav
+    names no page that is not there (mkdocs build --strict in .ci/run fails on both as well)."""
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    in_nav = {next(iter(entry.values())) for entry in config["nav"]}
+    on_disk = {page_name(page).removeprefix("docs/") for page in PAGES if page != README}
+    assert in_nav == on_disk, f"in the nav only: {in_nav - on_disk}; on disk only: {on_disk - in_nav}"
 
 
 def test_an_unmarked_snippet_fails_the_marker_check() -> None:
@@ -113,11 +136,12 @@ def test_an_unmarked_snippet_fails_the_marker_check() -> None:
     assert "needs a reason" in problems[1] and "no marker" in problems[2] and "right before" in problems[3]
 
 
-def test_the_readme_has_blocks_of_each_kind() -> None:
-    """A guard against the parser silently finding nothing (a changed fence style, a moved README)."""
+def test_the_documentation_has_blocks_of_each_kind() -> None:
+    """A guard against the parser silently finding nothing (a changed fence style, moved pages)."""
     kinds = {b.detail for b in BLOCKS if b.marker == "runnable"}
     assert {"python", "shell", "world", "server"} <= kinds
     assert len(BLOCKS) > 20
+    assert len(PAGES) > 10 and len({b.page for b in BLOCKS if b.marker == "runnable"}) >= 5
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang in ("json", "yaml")], ids=lambda b: b.where)
@@ -131,7 +155,7 @@ def test_configuration_examples_parse(block: Block) -> None:
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "python"], ids=lambda b: b.where)
 def test_python_snippets_are_self_contained_scripts(block: Block) -> None:
     """Every python block, run or not, compiles as a module: no top-level `await` / `async with` that a copied
-    snippet could not run; one that starts `aw-mcp serve` does it with `--backend demo`, as the README says the
+    snippet could not run; one that starts `aw-mcp serve` does it with `--backend demo`, as the pages say the
     snippets were run (replace it with your backend flags for real answers)."""
     compile(block.code, block.where, "exec")
     if '"serve"' in block.code and '"aw-mcp"' in block.code:
@@ -254,7 +278,7 @@ def port_taken(port: int) -> bool:
 
 
 def ids(block: Block) -> str:
-    return f"{block.detail}@README.md:{block.line}"
+    return f"{block.detail}@{block.page}:{block.line}"
 
 
 @pytest.mark.slow
