@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aw_mcp import engine_extra
+from aw_mcp.backends import engine_extra
 from tests.conftest import REPO
 from tests.readme_snippets import (
     EXAMPLE_LANGUAGES,
@@ -435,3 +435,14 @@ def test_the_readme_says_what_hardware_the_engine_needs_before_installing_it() -
         )
     for package in ("xgrammar", "gguf", "torch", "transformers", "triton"):
         assert package in row, f"the engine extra's row does not name {package}"
+
+
+def test_the_sites_table_rows_read_an_escaped_pipe_in_code_as_a_pipe() -> None:
+    """docs/hooks/table_pipes.py (mkdocs.yml's hook): `\\|` in a table row's code span is `|` on the site, as on
+    GitHub; outside code spans, and outside tables, the text is left as written."""
+    spec = importlib.util.spec_from_file_location("table_pipes", REPO / "docs" / "hooks" / "table_pipes.py")
+    assert spec and spec.loader
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = "| `serve [--backend openai\\|local]` | a \\| b |\ntext `x\\|y`\n"
+    assert hook.on_page_markdown(page) == "| `serve [--backend openai|local]` | a \\| b |\ntext `x\\|y`\n"
