@@ -446,3 +446,12 @@ def test_the_sites_table_rows_read_an_escaped_pipe_in_code_as_a_pipe() -> None:
     spec.loader.exec_module(hook)
     page = "| `serve [--backend openai\\|local]` | a \\| b |\ntext `x\\|y`\n"
     assert hook.on_page_markdown(page) == "| `serve [--backend openai|local]` | a \\| b |\ntext `x\\|y`\n"
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """The README is the quick start and the links (issue 30: about 250 lines at most); the manual is docs/."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    for page in PAGES[1:]:
+        if page.name != "index.md":
+            assert f"](docs/{page.name})" in text, f"the README links no {page_name(page)}"
