@@ -1,5 +1,6 @@
 """One entry for both checkpoint formats: a safetensors folder or hub id (the bf16 release), or a GGUF file or
-`owner/repo:TYPE` (llama.cpp's quantized files, weights kept in their blocks). Returns the built model, its
+`owner/repo:TYPE` (llama.cpp's quantized files, weights kept in their blocks); `tiny` names the tiny random
+checkpoint (engine/tiny_model.py). Returns the built model, its
 config, tokenizer and recommended sampling settings: what `LLM` starts an engine over."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from engine.gguf.loader import build_gguf_model
 from engine.gguf.reader import open_checkpoint
 from engine.gguf.tokenizer import tokenizer_from_metadata
 from engine.loader import build_model, resolve_model_path
+from engine.tiny_model import resolve_tiny_model
 
 
 @dataclass
@@ -46,6 +48,7 @@ def load_checkpoint(
     whose HF tokenizer replaces the checkpoint's own."""
     from transformers import AutoTokenizer
 
+    model = resolve_tiny_model(model)  # `tiny`: the tiny random checkpoint, built on first use
     if is_gguf_source(model):
         path = resolve_gguf(model)
         gguf = open_checkpoint(path)

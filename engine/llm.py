@@ -377,7 +377,10 @@ class LLM:
 
     def encode(self, prompt: Prompt) -> list[int]:
         if isinstance(prompt, str):
-            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+            # verbose=False: transformers' "longer than the specified maximum sequence length ... will result in
+            # indexing errors" compares with the tokenizer file's model_max_length, not this engine's context,
+            # which the scheduler and the server check themselves (PromptTooLong).
+            return list(self.tokenizer.encode(prompt, add_special_tokens=False, verbose=False))
         return [int(t) for t in prompt]
 
     def logits(self, token_ids: list[int] | torch.Tensor) -> torch.Tensor:

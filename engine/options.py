@@ -36,8 +36,9 @@ class EngineOptions:
     # A checkpoint folder, a hub id, a GGUF file (any part of a split set) or a GGUF hub form.
     model: str = _flag(
         DEFAULT_MODEL,
-        "checkpoint folder or hub id, a GGUF file, or a GGUF hub form like "
-        "unsloth/Qwen-AgentWorld-35B-A3B-GGUF:Q4_K_M (default: %(default)s)",
+        "checkpoint folder or hub id, a GGUF file, a GGUF hub form like "
+        "unsloth/Qwen-AgentWorld-35B-A3B-GGUF:Q4_K_M, or `tiny`: a tiny random model built without weights "
+        "(random answers; to try the engine) (default: %(default)s)",
     )
     # An HF tokenizer (folder or hub id) to use instead of the checkpoint's own.
     tokenizer: str | None = _flag(None, "HF tokenizer folder or hub id (default: the checkpoint's own)")
@@ -53,7 +54,11 @@ class EngineOptions:
     # -- serving ----------------------------------------------------------------------------------------------
     # Default: 32k (the bundled worlds' prompts, the CRM world's ~20k tokens, plus a long answer), capped by the
     # model's.
-    max_model_len: int | None = _flag(None, "longest prompt + answer in tokens", type=int)
+    max_model_len: int | None = _flag(
+        None,
+        "longest prompt + answer in tokens (default: 32768, or the checkpoint's own limit when smaller)",
+        type=int,
+    )
     # Cache slots, i.e. sequences decoding at once (more wait in order); fewer when the memory budget is short.
     max_num_seqs: int = _flag(8, "cache slots (concurrent sequences)", type=int)
     # Tokens per step: decodes first, then prompt chunks.
@@ -106,7 +111,15 @@ class EngineOptions:
 
     # -- defaults that depend on the device and the checkpoint ------------------------------------------------
     def torch_device(self) -> torch.device:
-        return torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        """The device to run on; one asked for that this machine lacks is a DeviceError (one line), not the
+        assertion torch raises from deep inside the first tensor moved there."""
+        try:
+            device = torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        except RuntimeError as exc:  # "gpu", "cuda:x": torch's own message lists the device types it knows
+            raise DeviceError(f"--device {self.device}: {exc}") from None
+        if device.type == "cuda":
+            check_cuda_device(device)
+        return device
 
     def torch_dtype(self, config: Config, device: torch.device) -> torch.dtype:
         return resolve_dtype(self.dtype, config, device)
@@ -142,6 +155,30 @@ class EngineOptions:
     def uses_compiled_decode(self, device: torch.device) -> bool:
         wanted = settings.compile_decode() if self.compile_decode is None else self.compile_decode
         return wanted and device.type == "cpu"
+
+
+class DeviceError(ValueError):
+    """The device asked for is not on this machine (or this PyTorch cannot use it)."""
+
+
+def check_cuda_device(device: torch.device) -> None:
+    """Raise DeviceError, saying why and the way out, when `device` (a CUDA one) cannot be used here."""
+    asked = str(device)
+    if torch.version.cuda is None:
+        raise DeviceError(
+            f"--device {asked}: this PyTorch ({torch.__version__}) is built without CUDA. Install a CUDA build of "
+            "torch, or use --device cpu (only small test checkpoints, e.g. --model tiny, run at a useful speed there)"
+        )
+    if not torch.cuda.is_available():
+        raise DeviceError(
+            f"--device {asked}: no CUDA GPU is visible (torch.cuda.is_available() is False: no GPU, no driver, or "
+            "CUDA_VISIBLE_DEVICES hides it). Use --device cpu for small test checkpoints such as --model tiny"
+        )
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise DeviceError(
+            f"--device {asked}: this machine has {count} CUDA GPU(s), numbered 0 to {count - 1}"
+        )
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, config: Config, device: torch.device) -> torch.dtype:

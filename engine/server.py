@@ -12,6 +12,7 @@ text before `</think>` is reasoning. Sampling fields a request leaves unset take
 from __future__ import annotations
 
 import json
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -330,7 +331,19 @@ async def _stream(
     yield "[DONE]"
 
 
-def serve(llm: LLM, host: str = "127.0.0.1", port: int = 8000, served_model_name: str | None = None) -> None:
+def serve(
+    llm: LLM,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    served_model_name: str | None = None,
+    sock: socket.socket | None = None,
+) -> None:
+    """`sock`: a socket already bound and listening (engine/cli.py binds it before the model loads)."""
     import uvicorn
 
-    uvicorn.run(build_app(llm, served_model_name), host=host, port=port, log_level="info")
+    app = build_app(llm, served_model_name)
+    if sock is None:
+        uvicorn.run(app, host=host, port=port, log_level="info")
+        return
+    config = uvicorn.Config(app, host=host, port=sock.getsockname()[1], log_level="info")
+    uvicorn.Server(config).run(sockets=[sock])
