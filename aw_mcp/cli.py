@@ -14,8 +14,6 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from aw_mcp import __version__
-from aw_mcp.backends.base import BackendError
 from aw_mcp.commands import (
     bench,
     call,
@@ -29,7 +27,9 @@ from aw_mcp.commands import (
     validate,
     worlds,
 )
-from aw_mcp.errors import UserError
+from aw_mcp.core.errors import UserError
+from aw_mcp.core.model_io import BackendError
+from aw_mcp.core.version import __version__
 
 COMMANDS = (serve, demo, validate, call, worlds, engine, import_world, shell, report, judge, bench)
 

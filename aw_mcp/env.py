@@ -27,13 +27,13 @@ import anyio
 import mcp.types as types
 from mcp import MCPError
 
-from aw_mcp.backends.base import WorldModel
+from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.resolve import BackendChoice, open_backend
-from aw_mcp.commands.world_setup import WorldOptions, setup_world
-from aw_mcp.records import CallRecord
-from aw_mcp.session import SessionKeyError, WorldSession
-from aw_mcp.simulator import Simulator, UnknownToolError
-from aw_mcp.world import WorldSpec
+from aw_mcp.sim.session import SessionKeyError, WorldSession
+from aw_mcp.sim.simulator import Simulator, UnknownToolError
+from aw_mcp.sim.world_setup import WorldOptions, setup_world
+from aw_mcp.spec.world import WorldSpec
+from aw_mcp.trajectory.records import CallRecord
 
 
 @dataclass

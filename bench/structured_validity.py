@@ -1,7 +1,7 @@
 """Validity of constrained observations on the tiny random checkpoint (CPU; not a test).
 
 Every tool with an outputSchema in the bundled worlds (`worlds/*.yaml`) and in the worlds imported from the OpenAPI
-examples (the two documents of tests/test_import_openapi.py and docs/examples/tasks-openapi.yaml) is called through
+examples (the two documents of tests/importers/test_import_openapi.py and docs/examples/tasks-openapi.yaml) is called through
 the real pipeline: Simulator → local backend → engine → answer parser → outputSchema validation, fast mode
 (no thinking), `output_retries: 0` (an answer that is not valid is a failure, never a retry). Three modes:
 
@@ -35,11 +35,12 @@ import jsonschema
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aw_mcp.backends.base import GenerationParams  # noqa: E402
 from aw_mcp.backends.local import LocalWorldModel  # noqa: E402
-from aw_mcp.constrained import ERROR_BODY_SCHEMA, error_text_regex  # noqa: E402
-from aw_mcp.simulator import Simulator, looks_like_error  # noqa: E402
-from aw_mcp.world import ToolSpec, WorldSpec, load_world, schema_validator  # noqa: E402
+from aw_mcp.core.model_io import GenerationParams  # noqa: E402
+from aw_mcp.load.world import load_world  # noqa: E402
+from aw_mcp.prompt.constraint import ERROR_BODY_SCHEMA, error_text_regex  # noqa: E402
+from aw_mcp.sim.simulator import Simulator, looks_like_error  # noqa: E402
+from aw_mcp.spec.world import ToolSpec, WorldSpec, schema_validator  # noqa: E402
 from engine.testing.bounded import bounded  # noqa: E402
 
 ERROR_TEXT_CAP = 40
@@ -69,7 +70,7 @@ def structured_worlds() -> list[WorldSpec]:
     """The bundled worlds and the imported OpenAPI examples."""
     from aw_mcp.importers.import_log import ImportLog
     from aw_mcp.importers.openapi import import_openapi
-    from tests.test_import_openapi import ORDERS_31, PETSTORE_30
+    from tests.importers.test_import_openapi import ORDERS_31, PETSTORE_30
 
     worlds = [load_world(path) for path in sorted((ROOT / "worlds").glob("*.yaml"))]
     with tempfile.TemporaryDirectory() as tmp:

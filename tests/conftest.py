@@ -17,14 +17,14 @@ from typing import Any
 import anyio
 import pytest
 
-from aw_mcp.backends.base import (
+from aw_mcp.backends.contract import WorldModel
+from aw_mcp.core.model_io import (
     BackendError,
     CallRef,
     ChatMessage,
     Generation,
     GenerationParams,
     ProgressCallback,
-    WorldModel,
 )
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from mcp import MCPError
 
 from aw_mcp import Env
 from aw_mcp.env import close_all
-from aw_mcp.records import read_lines
+from aw_mcp.trajectory.records import read_lines
 
 WRITE = ("update_deal_stage", {"deal_id": "deal_20871", "stage": "closed_won"})
 READ = ("search_contacts", {"query": "murphy"})

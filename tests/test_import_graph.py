@@ -1,15 +1,15 @@
-"""No import cycle in aw_mcp/ or engine/, and no function-level import that only exists to dodge one.
+"""aw_mcp's stages and their one direction of dependency, and no import cycle of any kind in aw_mcp/ or engine/.
 
-Every module of the two packages is parsed with `ast` (nothing is imported). An edge A -> B is an import that runs
-when A is imported: a statement at module level, or in a class body or an `if`/`try`/`with` block there, but not
-inside a function and not under `if TYPE_CHECKING:` (annotations only). `import a.b` and `from a import b` (b a
+Every module of the two packages is parsed with `ast` (nothing is imported). Every import statement is an edge: at
+module level, inside a function (a lazy import), or under `if TYPE_CHECKING:` (annotations only): a cycle closed by
+any of them is still a cycle a reader has to untangle, so all three count. `import a.b` and `from a import b` (b a
 submodule) point at `a.b`; `from a import name` (name not a submodule) points at `a`, i.e. `a/__init__.py`. A
-submodule import also runs its package's `__init__`, which Python handles while the package is half initialised, so
-that implicit edge is not counted (as import-linter and pydeps do not count it).
+submodule import also runs its package's `__init__`; that implicit edge is not counted (as import-linter and pydeps do
+not count it).
 
-A function-level import A -> B is fine for a heavy or optional dependency (torch, the engine, openenv, jinja2) or
-to keep `import aw_mcp` light; it is a dodge when B already reaches A through module-level imports, i.e. when
-hoisting it would close a cycle. Both checks name what they find.
+`LAYERS` is the one place the stage order is written down (docs/ARCHITECTURE.md draws it): a module may import its
+own stage and the stages before it, never one after it. So the library (everything below `commands`) never imports
+the command line, and the engine never imports aw_mcp.
 """
 
 from __future__ import annotations
@@ -18,17 +18,39 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 REPO = Path(__file__).resolve().parent.parent
 
 PACKAGES = ("aw_mcp", "engine")
+
+LAYERS = (
+    "aw_mcp.core",  # errors, settings, private files, redaction, JSON lines, model I/O types, the version
+    "aw_mcp.spec",  # what a world file says: models, YAML, schema walk/checks, domains, fault and injection specs
+    "aw_mcp.trajectory",  # the typed trajectory lines
+    "aw_mcp.prompt",  # render, templates, frame, transcript, budget, fit, parse, constraint, grammar text
+    "aw_mcp.load",  # a world file read and checked whole (spec + prompt fit + grammar warnings)
+    "aw_mcp.backends",  # the contract, openai, local, replay, demo, resolve, preflight
+    "aw_mcp.sim",  # the call pipeline, its faults, sessions, registry, ledger, world set-up
+    "aw_mcp.eval",  # scorecard, reports, judging, bench
+    "aw_mcp.importers",  # OpenAPI / MCP / tools-list -> world file
+    "aw_mcp.protocol",  # the MCP server, HTTP guard, fork route, JSON-RPC checks
+    "aw_mcp.env",  # aw_mcp.Env, in-process worlds
+    "aw_mcp.integrations",  # OpenEnv
+    "aw_mcp.commands",  # one module per subcommand
+    "aw_mcp.cli",  # the `aw-mcp` entry point
+    "aw_mcp.__main__",
+    "aw_mcp",  # the package's public API (`aw_mcp.Env`, `__version__`)
+)
+
+Kind = Literal["module", "function", "type_checking"]
 
 
 @dataclass(frozen=True)
 class Import:
     target: str
     line: int
-    module_level: bool
+    kind: Kind
 
 
 def _module_name(path: Path) -> str:
@@ -89,24 +111,28 @@ def _imports(module: str, path: Path) -> list[Import]:
     is_package = path.name == "__init__.py"
     out: list[Import] = []
 
-    def visit(node: ast.AST, module_level: bool) -> None:
+    def visit(node: ast.AST, kind: Kind) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom):
-            out.extend(Import(t, node.lineno, module_level) for t in _targets(node, module, is_package))
+            out.extend(Import(t, node.lineno, kind) for t in _targets(node, module, is_package))
             return
         if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, "type_checking")
             for child in node.orelse:  # the `else:` of `if TYPE_CHECKING:` runs
-                visit(child, module_level)
+                visit(child, kind)
             return
-        inner = module_level and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        inner: Kind = (
+            "function" if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) else kind
+        )
         for child in ast.iter_child_nodes(node):
             visit(child, inner)
 
-    visit(tree, True)
+    visit(tree, "module")
     return [i for i in out if i.target != module]
 
 
 IMPORTS = {module: _imports(module, path) for module, path in MODULES.items()}
-EDGES = {module: sorted({i.target for i in found if i.module_level}) for module, found in IMPORTS.items()}
+EDGES = {module: sorted({i.target for i in found}) for module, found in IMPORTS.items()}
 
 
 Graph = dict[str, list[str]]
@@ -175,54 +201,124 @@ def _cycles(edges: Graph) -> list[list[str]]:
     return cycles
 
 
+def _package(module: str) -> str:
+    """The package a module sits in (a package's own `__init__` sits in itself)."""
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _packages(edges: Graph) -> Graph:
+    """The same graph between packages: A -> B when a module of A imports a module of B (B not A)."""
+    out: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        here = _package(module)
+        out.setdefault(here, set()).update(p for t in targets if (p := _package(t)) != here)
+    return {package: sorted(targets) for package, targets in out.items()}
+
+
+def layer(module: str) -> int:
+    """The index in LAYERS of the stage a module belongs to (its longest LAYERS prefix)."""
+    matches = [i for i, stage in enumerate(LAYERS) if module == stage or module.startswith(f"{stage}.")]
+    assert matches, f"{module} is in no stage: add its folder to LAYERS (and a row to docs/ARCHITECTURE.md)"
+    return max(matches, key=lambda i: len(LAYERS[i]))
+
+
+def _where(module: str, each: Import) -> str:
+    return f"{MODULES[module].relative_to(REPO)}:{each.line}"
+
+
 def test_the_graph_sees_the_packages() -> None:
-    assert {"aw_mcp.world", "aw_mcp.prompting", "engine.llm", "engine.server"} <= set(MODULES)
-    assert "aw_mcp.domains" in EDGES["aw_mcp.world"]  # `from aw_mcp.domains import ...`
-    assert "aw_mcp.androidworld" in EDGES["aw_mcp.domains"]  # `from aw_mcp import androidworld, ...`
-    assert "aw_mcp.env" not in EDGES["aw_mcp"]  # under `if TYPE_CHECKING:` and inside `__getattr__`
+    assert {"aw_mcp.spec.world", "aw_mcp.prompt.render", "engine.llm", "engine.server"} <= set(MODULES)
+    assert "aw_mcp.spec.domains" in EDGES["aw_mcp.spec.world"]  # `from aw_mcp.spec.domains import ...`
+    assert (
+        "aw_mcp.spec.androidworld" in EDGES["aw_mcp.spec.domains"]
+    )  # `from aw_mcp.spec import androidworld`
+    assert "aw_mcp.spec.world" in EDGES["aw_mcp.prompt.render"]  # under `if TYPE_CHECKING:`: still an edge
+    assert "aw_mcp.env" in EDGES["aw_mcp"]  # under `if TYPE_CHECKING:` and inside `__getattr__`
+    assert all(
+        m.startswith("aw_mcp.") or m in ("aw_mcp", "engine") or m.startswith("engine.") for m in MODULES
+    )
 
 
 def test_the_checks_find_a_cycle_and_name_it() -> None:
     edges = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": []}
     assert _cycles(edges) == [["a", "b", "c", "a"]]
     assert _cycles({"a": ["b"], "b": []}) == []
-    assert _path(edges, "b", "a") == ["b", "c", "a"]  # a function-level a -> b would hide this cycle
+    assert _path(edges, "b", "a") == ["b", "c", "a"]
 
 
-def test_a_type_checking_import_is_not_an_edge(tmp_path: Path) -> None:
+def test_every_kind_of_import_is_an_edge(tmp_path: Path) -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
-        "import aw_mcp.world\n"
-        "if TYPE_CHECKING:\n    from aw_mcp.prompting import Turn\n"
-        "else:\n    import aw_mcp.domains\n"
-        "def f():\n    from aw_mcp import templates\n"
-        "class C:\n    from aw_mcp.errors import UserError\n"
+        "import aw_mcp.spec.world\n"
+        "if TYPE_CHECKING:\n    from aw_mcp.prompt.render import Turn\n"
+        "else:\n    import aw_mcp.spec.domains\n"
+        "def f():\n    from aw_mcp.prompt import templates\n"
+        "class C:\n    from aw_mcp.core.errors import UserError\n"
     )
     (tmp_path / "probe.py").write_text(source, encoding="utf-8")
     found = _imports("aw_mcp.probe", tmp_path / "probe.py")
-    assert {(i.target, i.module_level) for i in found} == {
-        ("aw_mcp.world", True),
-        ("aw_mcp.domains", True),
-        ("aw_mcp.templates", False),
-        ("aw_mcp.errors", True),
+    assert {(i.target, i.kind) for i in found} == {
+        ("aw_mcp.spec.world", "module"),
+        ("aw_mcp.prompt.render", "type_checking"),
+        ("aw_mcp.spec.domains", "module"),
+        ("aw_mcp.prompt.templates", "function"),
+        ("aw_mcp.core.errors", "module"),
     }
 
 
+def test_the_layer_check_places_modules_by_their_longest_stage() -> None:
+    assert LAYERS[layer("aw_mcp.sim.call")] == "aw_mcp.sim"
+    assert LAYERS[layer("aw_mcp.cli")] == "aw_mcp.cli"
+    assert LAYERS[layer("aw_mcp")] == "aw_mcp"
+    assert layer("aw_mcp.core.errors") < layer("aw_mcp.spec.world") < layer("aw_mcp.commands.serve")
+
+
 def test_no_import_cycle() -> None:
+    """Between modules, counting module-level, function-level and TYPE_CHECKING imports."""
     cycles = _cycles(EDGES)
-    assert not cycles, "import cycles (module-level imports):\n" + "\n".join(" -> ".join(c) for c in cycles)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_no_function_level_import_dodges_a_cycle() -> None:
-    dodges = []
-    for module, found in IMPORTS.items():
-        for each in found:
-            if each.module_level:
-                continue
-            back = _path(EDGES, each.target, module)
-            if back is not None:
-                dodges.append(
-                    f"{MODULES[module].relative_to(REPO)}:{each.line}: imports {each.target} inside a function, "
-                    f"which imports it back at module level ({' -> '.join(back)})"
-                )
-    assert not dodges, "function-level imports that hide a cycle:\n" + "\n".join(dodges)
+def test_no_package_cycle() -> None:
+    """Between aw_mcp's packages too: two folders that import each other are one concept split in two. (engine/'s
+    root modules and engine/gguf/ import each other, a root package of shared modules, as nano-vllm's is.)"""
+    ours = {m: [t for t in targets if t.split(".")[0] == "aw_mcp"] for m, targets in EDGES.items()}
+    cycles = _cycles(_packages({m: targets for m, targets in ours.items() if m.split(".")[0] == "aw_mcp"}))
+    assert not cycles, "package cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_every_stage_imports_only_earlier_stages() -> None:
+    upward = [
+        f"{_where(module, each)}: {module} ({LAYERS[layer(module)]}) imports {each.target} "
+        f"({LAYERS[layer(each.target)]}), a later stage [{each.kind}]"
+        for module, found in IMPORTS.items()
+        if module.split(".")[0] == "aw_mcp"
+        for each in found
+        if each.target.split(".")[0] == "aw_mcp" and layer(each.target) > layer(module)
+    ]
+    assert not upward, "imports against the stage order (tests/test_import_graph.py LAYERS):\n" + "\n".join(
+        upward
+    )
+
+
+def test_the_library_never_imports_the_command_line() -> None:
+    cli = layer("aw_mcp.commands")
+    offenders = [
+        f"{_where(module, each)}: {module} imports {each.target}"
+        for module, found in IMPORTS.items()
+        if module.split(".")[0] == "aw_mcp" and layer(module) < cli
+        for each in found
+        if each.target.startswith(("aw_mcp.commands", "aw_mcp.cli"))
+    ]
+    assert not offenders, "library modules importing the CLI:\n" + "\n".join(offenders)
+
+
+def test_the_engine_never_imports_aw_mcp() -> None:
+    offenders = [
+        f"{_where(module, each)}: {module} imports {each.target}"
+        for module, found in IMPORTS.items()
+        if module.split(".")[0] == "engine"
+        for each in found
+        if each.target.split(".")[0] == "aw_mcp"
+    ]
+    assert not offenders, "engine/ must stand alone:\n" + "\n".join(offenders)

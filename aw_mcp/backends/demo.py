@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import json
 
-from aw_mcp.backends.base import (
+from aw_mcp.backends.contract import WorldModel
+from aw_mcp.core.model_io import (
     BackendError,
     CallRef,
     ChatMessage,
     Generation,
     GenerationParams,
     ProgressCallback,
-    WorldModel,
 )
-from aw_mcp.world import ToolExample, WorldSpec
+from aw_mcp.spec.world import ToolExample, WorldSpec
 
 NOTICE = "demo backend: answers are scripted from the world's examples, not the world model's output"
 

@@ -15,7 +15,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from aw_mcp.backends.base import (
+from aw_mcp.backends.contract import WorldModel
+from aw_mcp.core.model_io import (
     AnswerConstraint,
     BackendError,
     CallRef,
@@ -23,14 +24,12 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
-    WorldModel,
 )
+from aw_mcp.prompt.constraint import ANSWER_INDENT
 
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_S = 1.0
-# The trained observations' JSON layout (json.dumps(indent=2), as the demonstrations show it).
-ANSWER_INDENT = 2
 
 
 def answer_format(constraint: AnswerConstraint) -> Any:

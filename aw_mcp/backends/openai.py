@@ -10,7 +10,7 @@ The answer is streamed (SSE) so the caller can report progress while the model t
 
 A call with a constraint (a tool with an outputSchema) is sent in the best form the server takes, tried in order:
 
-1. the framed answer grammar (aw_mcp/grammar_text.py `framed_grammar`: the trained `**Environment Observation:**`
+1. the framed answer grammar (aw_mcp/prompt/grammar_text.py `framed_grammar`: the trained `**Environment Observation:**`
    frame, then the JSON indented as our engine writes it, or the plain-text `Error: ...` line), in the server's
    own field: vLLM `structured_outputs: {"grammar": ...}` (`guided_grammar` before 0.10.2), SGLang `ebnf`,
    llama.cpp's llama-server and llama-cpp-python's server `grammar` (GBNF). One text serves them all;
@@ -41,7 +41,7 @@ body as soon as it passes twice the limit plus 64 KiB (room for JSON escapes and
 whole string first. Over the limit the call fails with AnswerTooLarge, naming the setting; it is not retried.
 
 The API key is never echoed: every error text built from a server's words, and the answer itself, goes through
-aw_mcp/redaction.py (the key and URL credentials become `***`).
+aw_mcp/core/redaction.py (the key and URL credentials become `***`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ import anyio
 import anyio.lowlevel
 import httpx
 
-from aw_mcp.backends.base import (
+from aw_mcp.backends.contract import WorldModel
+from aw_mcp.core.model_io import (
     AnswerConstraint,
     AnswerTooLarge,
     BackendError,
@@ -71,12 +72,11 @@ from aw_mcp.backends.base import (
     Generation,
     GenerationParams,
     ProgressCallback,
-    WorldModel,
 )
-from aw_mcp.backends.local import ANSWER_INDENT
-from aw_mcp.grammar_text import NotExpressible, framed_grammar
-from aw_mcp.redaction import redact_secrets, redact_text, redact_url, register_secret
-from aw_mcp.settings import read_settings
+from aw_mcp.core.redaction import redact_secrets, redact_text, redact_url, register_secret
+from aw_mcp.core.settings import read_settings
+from aw_mcp.prompt.constraint import ANSWER_INDENT
+from aw_mcp.prompt.grammar_text import NotExpressible, framed_grammar
 
 __all__ = ["OpenAIWorldModel", "redact_text", "redact_url"]  # the redactors, as before, from here too
 

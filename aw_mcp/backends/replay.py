@@ -12,16 +12,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from aw_mcp.backends.base import (
+from aw_mcp.backends.contract import WorldModel
+from aw_mcp.core.model_io import (
     BackendError,
     CallRef,
     ChatMessage,
     Generation,
     GenerationParams,
     ProgressCallback,
-    WorldModel,
 )
-from aw_mcp.records import TrajectoryFormatError, read_trajectory
+from aw_mcp.trajectory.records import TrajectoryFormatError, read_trajectory
 
 CallKey = tuple[str, str]
 

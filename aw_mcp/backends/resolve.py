@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from aw_mcp.backends.base import WorldModel
-from aw_mcp.engine_extra import require_engine
-from aw_mcp.errors import UserError
-from aw_mcp.settings import BACKENDS, AwSettings, read_settings
-from aw_mcp.world import ModelSettings, WorldSpec
+from aw_mcp.backends.contract import WorldModel
+from aw_mcp.backends.engine_extra import require_engine
+from aw_mcp.core.errors import UserError
+from aw_mcp.core.settings import BACKENDS, AwSettings, read_settings
+from aw_mcp.spec.world import ModelSettings, WorldSpec
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def open_backend(
         return DemoWorldModel(world)
     if choice.backend == "openai":
         from aw_mcp.backends.openai import OpenAIWorldModel
-        from aw_mcp.redaction import redact_url
+        from aw_mcp.core.redaction import redact_url
 
         assert choice.base_url is not None
         send_key = sends_api_key(choice, trust_world_backend)

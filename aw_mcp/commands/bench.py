@@ -16,16 +16,17 @@ from typing import Any
 import anyio
 from tqdm import tqdm
 
-from aw_mcp.backends.base import BackendError, GenerationParams, WorldModel
+from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.openai import OpenAIWorldModel
 from aw_mcp.backends.resolve import open_backend, resolve_backend
-from aw_mcp.bench import Loaded, finished_keys, load_samples, model_output, read_results, table
 from aw_mcp.commands.judge import judge_one
-from aw_mcp.errors import UsageError
-from aw_mcp.judging import CLOSING, judge_system_prompt, load_closing, sample_judge_user_message
-from aw_mcp.private_files import open_private
-from aw_mcp.templates import prompt_dir
-from aw_mcp.world import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, ModelSettings
+from aw_mcp.core.errors import UsageError
+from aw_mcp.core.model_io import BackendError, GenerationParams
+from aw_mcp.core.private_files import open_private
+from aw_mcp.eval.bench import Loaded, finished_keys, load_samples, model_output, read_results, table
+from aw_mcp.eval.judging import CLOSING, judge_system_prompt, load_closing, sample_judge_user_message
+from aw_mcp.prompt.templates import prompt_dir
+from aw_mcp.spec.world import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, ModelSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

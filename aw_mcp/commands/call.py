@@ -11,8 +11,8 @@ import sys
 
 import anyio
 
-from aw_mcp.commands.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
-from aw_mcp.errors import UsageError
+from aw_mcp.core.errors import UsageError
+from aw_mcp.sim.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

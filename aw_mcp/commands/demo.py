@@ -19,10 +19,11 @@ from typing import Any
 import anyio
 
 from aw_mcp.backends.demo import NOTICE
-from aw_mcp.bundled import resolve_world_path
-from aw_mcp.errors import UsageError
-from aw_mcp.report import faults_fired_text, text_summary, write_report
-from aw_mcp.world import WorldSpec, load_world
+from aw_mcp.core.errors import UsageError
+from aw_mcp.eval.report import faults_fired_text, text_summary, write_report
+from aw_mcp.load.world import load_world
+from aw_mcp.spec.bundled import resolve_world_path
+from aw_mcp.spec.world import WorldSpec
 
 DEFAULT_WORLD = "mcp_crm"
 CALL_TIMEOUT_S = 60.0

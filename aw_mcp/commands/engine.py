@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aw_mcp.engine_extra import require_engine
+from aw_mcp.backends.engine_extra import require_engine
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 
-from aw_mcp.errors import UsageError
+from aw_mcp.core.errors import UsageError
 from aw_mcp.importers.import_log import ImportLog
 from aw_mcp.importers.mcp_catalog import fetch_catalog, load_samples, read_tools_list, world_from_catalog
 from aw_mcp.importers.openapi import import_openapi

@@ -16,12 +16,13 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from aw_mcp.backends.base import BackendError, WorldModel
+from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.openai import OpenAIWorldModel
-from aw_mcp.bundled import bundled_worlds, resolve_world_path
-from aw_mcp.errors import UsageError
-from aw_mcp.jsonl import read_models
-from aw_mcp.judging import (
+from aw_mcp.core.errors import UsageError
+from aw_mcp.core.jsonl import read_models
+from aw_mcp.core.model_io import BackendError
+from aw_mcp.core.private_files import open_private
+from aw_mcp.eval.judging import (
     JUDGE_ATTEMPTS,
     JUDGE_PARAMS,
     judge_messages,
@@ -33,13 +34,14 @@ from aw_mcp.judging import (
     parse_judgement,
     world_reference,
 )
-from aw_mcp.private_files import open_private
-from aw_mcp.prompting import Turn
-from aw_mcp.records import CallRecord, TrajectoryFormatError, read_trajectory
-from aw_mcp.report import judge_path, write_report
-from aw_mcp.templates import prompt_dir
-from aw_mcp.transcript import Transcript
-from aw_mcp.world import WorldSpec, load_world
+from aw_mcp.eval.report import judge_path, write_report
+from aw_mcp.load.world import load_world
+from aw_mcp.prompt.render import Turn
+from aw_mcp.prompt.templates import prompt_dir
+from aw_mcp.prompt.transcript import Transcript
+from aw_mcp.spec.bundled import bundled_worlds, resolve_world_path
+from aw_mcp.spec.world import WorldSpec
+from aw_mcp.trajectory.records import CallRecord, TrajectoryFormatError, read_trajectory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

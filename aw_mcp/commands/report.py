@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from aw_mcp.private_files import write_private_text
-from aw_mcp.report import aggregate_html, html_report, scorecard_of, summarize, text_summary
-from aw_mcp.scorecard import CHECKS, Rules, Scorecard, failing, parse_checks, scorecard_text
+from aw_mcp.core.private_files import write_private_text
+from aw_mcp.eval.report import aggregate_html, html_report, scorecard_of, summarize, text_summary
+from aw_mcp.eval.scorecard import CHECKS, Rules, Scorecard, failing, parse_checks, scorecard_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

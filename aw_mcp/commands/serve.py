@@ -14,21 +14,21 @@ from types import FrameType
 
 import anyio
 
-from aw_mcp.bundled import looks_like_path
-from aw_mcp.commands.world_setup import (
+from aw_mcp.backends.preflight import preflight
+from aw_mcp.core.private_files import write_private_text
+from aw_mcp.core.settings import read_settings
+from aw_mcp.eval.scorecard import score
+from aw_mcp.protocol.http_guard import HttpOptions, check_exposure
+from aw_mcp.protocol.server import WorldApp, listen_socket, serve_http, serve_stdio
+from aw_mcp.sim.registry import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, SessionRegistry
+from aw_mcp.sim.world_setup import (
     add_backend_flags,
     add_preset_flag,
     add_world_flag,
     reproduce_flags,
     setup_world,
 )
-from aw_mcp.http_guard import HttpOptions, check_exposure
-from aw_mcp.preflight import preflight
-from aw_mcp.private_files import write_private_text
-from aw_mcp.scorecard import score
-from aw_mcp.server import WorldApp, listen_socket, serve_http, serve_stdio
-from aw_mcp.session import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, SessionRegistry
-from aw_mcp.settings import read_settings
+from aw_mcp.spec.bundled import looks_like_path
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report Ctrl-C
 

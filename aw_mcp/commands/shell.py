@@ -22,8 +22,8 @@ from typing import Any, TextIO
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from aw_mcp.commands.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
-from aw_mcp.simulator import CallOutcome, Simulator, UnknownToolError
+from aw_mcp.sim.simulator import CallOutcome, Simulator, UnknownToolError
+from aw_mcp.sim.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
 
 COMMANDS = ("tools", "call", "history", "help", "quit", "exit")
 HELP = """\

@@ -1,6 +1,6 @@
 """`aw-mcp validate`: check world files; every error in every file, `file:line: field: what was expected`.
 
-A world is named as for every other command (aw_mcp/bundled.py resolve_world_path): a YAML file, or a bundled
+A world is named as for every other command (aw_mcp/spec/bundled.py resolve_world_path): a YAML file, or a bundled
 world's name; one that names nothing is one line with the same message `serve --world` gives."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from aw_mcp.bundled import resolve_world_path
-from aw_mcp.errors import UnknownWorldError
-from aw_mcp.world import validate_paths
+from aw_mcp.core.errors import UnknownWorldError
+from aw_mcp.load.world import validate_paths
+from aw_mcp.spec.bundled import resolve_world_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,8 +6,9 @@ import argparse
 import shutil
 import textwrap
 
-from aw_mcp.bundled import bundled_worlds
-from aw_mcp.world import WorldSpecError, load_world
+from aw_mcp.load.world import load_world
+from aw_mcp.spec.bundled import bundled_worlds
+from aw_mcp.spec.issues import WorldSpecError
 
 INDENT = "    "
 

@@ -25,7 +25,7 @@ from aw_mcp.importers.world_file import (
     tool_name,
     unique_name,
 )
-from aw_mcp.world import TOOL_NAME
+from aw_mcp.spec.world import TOOL_NAME
 
 ANNOTATION_KEYS = ("title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 MAX_PAGES = 1000  # a server that keeps handing out cursors is broken; stop rather than loop forever

@@ -15,7 +15,7 @@ import copy
 from typing import Any, Literal
 
 from aw_mcp.importers.import_log import ImportLog, child_pointer
-from aw_mcp.schema_walk import SCHEMA_LIST, SCHEMA_MAP, SCHEMA_ONE, LocalRefs
+from aw_mcp.spec.schema_walk import SCHEMA_LIST, SCHEMA_MAP, SCHEMA_ONE, LocalRefs
 
 Direction = Literal["request", "response"]
 

@@ -15,10 +15,12 @@ import jsonschema
 import yaml
 from pydantic import ValidationError
 
-from aw_mcp.errors import UserError
+from aw_mcp.core.errors import UserError
 from aw_mcp.importers.import_log import ImportLog
-from aw_mcp.schema_check import dangling_ref
-from aw_mcp.world import ToolSpec, WorldSpecError, load_world_text
+from aw_mcp.load.world import load_world_text
+from aw_mcp.spec.issues import WorldSpecError
+from aw_mcp.spec.schema_check import dangling_ref
+from aw_mcp.spec.world import ToolSpec
 
 WORLD_KEY_ORDER = ("name", "description", "domain", "seed", "now", "facts", "state", "tools")
 TOOL_KEY_ORDER = (

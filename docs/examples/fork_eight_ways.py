@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from aw_mcp import Env
-from aw_mcp.scorecard import score
+from aw_mcp.eval.scorecard import score
 
 PREFIX: list[tuple[str, dict[str, Any]]] = [  # the policy up to call 5
     ("get_customer", {"customer_id": "cus_1a2b3c4d"}),

@@ -17,7 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from aw_mcp.constrained import answer_schema, error_text_regex, relax
+from aw_mcp.prompt.constraint import answer_schema, error_text_regex, relax
 from engine import LLM, SamplingParams
 from engine.structured import AnswerFormat, StructuredOutputError
 from engine.testing.bounded import bounded
@@ -122,8 +122,8 @@ def test_every_bundled_and_imported_output_schema_is_answered_validly_at_the_fir
 def test_a_grammar_the_engine_refuses_decodes_free_with_one_warning(
     tiny_ckpt: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from aw_mcp.backends.base import AnswerConstraint, GenerationParams
     from aw_mcp.backends.local import LocalWorldModel
+    from aw_mcp.core.model_io import AnswerConstraint, GenerationParams
 
     # Strict objects take no extra keys, so more required properties than declared cannot be met.
     refused = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 2}

@@ -115,8 +115,8 @@ def test_bad_gguf_inputs_are_one_line(tmp_path: Path, capsys, monkeypatch) -> No
 
 
 def test_preflight_plans_a_gguf_against_the_gpu() -> None:
-    from aw_mcp.preflight import PreflightError, check_local
-    from tests.test_preflight import FakeCuda
+    from aw_mcp.backends.preflight import PreflightError, check_local
+    from tests.backends.test_preflight import FakeCuda
 
     gib = 2**30
     check_local(

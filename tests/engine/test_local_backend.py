@@ -8,8 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aw_mcp.backends.base import BackendError, Generation, GenerationParams, WorldModel
+from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.local import LocalWorldModel, sampling_params
+from aw_mcp.core.model_io import BackendError, Generation, GenerationParams
 
 CHAT = [
     {"role": "system", "content": "You simulate tools."},

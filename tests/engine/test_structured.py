@@ -119,8 +119,8 @@ def test_a_schema_the_grammar_cannot_take_fails_that_request_only(tiny_llm: LLM)
 
 def test_bundled_world_output_schemas_constrain(tiny_llm: LLM) -> None:
     """Every outputSchema of the bundled worlds compiles, and a constrained answer to it validates."""
-    from aw_mcp.bundled import bundled_worlds
-    from aw_mcp.world import load_world
+    from aw_mcp.load.world import load_world
+    from aw_mcp.spec.bundled import bundled_worlds
 
     schemas = [
         tool.outputSchema for path in bundled_worlds() for tool in load_world(path).tools if tool.outputSchema

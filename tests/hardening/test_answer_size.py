@@ -14,7 +14,8 @@ import anyio
 import httpx
 import pytest
 
-from aw_mcp.backends.base import (
+from aw_mcp.backends.openai import READ_PIECE_BYTES, OpenAIWorldModel, _Inflater, wire_limit
+from aw_mcp.core.model_io import (
     DEFAULT_MAX_ANSWER_BYTES,
     AnswerTooLarge,
     BackendError,
@@ -23,8 +24,9 @@ from aw_mcp.backends.base import (
     answer_size,
     answer_size_problem,
 )
-from aw_mcp.backends.openai import READ_PIECE_BYTES, OpenAIWorldModel, _Inflater, wire_limit
-from aw_mcp.world import ModelSettings, WorldSpecError, load_world_text
+from aw_mcp.load.world import load_world_text
+from aw_mcp.spec.issues import WorldSpecError
+from aw_mcp.spec.world import ModelSettings
 from tests.conftest import SMALL_WORLD
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 

@@ -10,10 +10,10 @@ import time
 import anyio
 import pytest
 
-from aw_mcp.backends.base import Generation
-from aw_mcp.session import SessionRegistry
-from aw_mcp.simulator import INLINE_ANSWER_BYTES, Simulator
-from aw_mcp.world import load_world_text
+from aw_mcp.core.model_io import Generation
+from aw_mcp.load.world import load_world_text
+from aw_mcp.sim.registry import SessionRegistry
+from aw_mcp.sim.simulator import INLINE_ANSWER_BYTES, Simulator
 
 pytestmark = pytest.mark.anyio
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from aw_mcp.session import SessionRegistry
-from aw_mcp.simulator import Simulator
-from aw_mcp.world import load_world_text
+from aw_mcp.load.world import load_world_text
+from aw_mcp.sim.registry import SessionRegistry
+from aw_mcp.sim.simulator import Simulator
 from tests.conftest import SMALL_WORLD, ScriptedWorldModel, observation
 
 pytestmark = pytest.mark.anyio

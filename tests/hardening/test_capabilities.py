@@ -20,10 +20,17 @@ from anyio.abc import TaskStatus
 from mcp import Client
 from mcp.server.subscriptions import ResourceUpdated, ToolsListChanged
 
-from aw_mcp.http_guard import HttpOptions
-from aw_mcp.server import FAULTS_URI, SCORECARD_URI, TRAJECTORY_URI, SessionEvents, WorldApp, build_server
-from aw_mcp.simulator import Simulator
-from aw_mcp.world import load_world_text
+from aw_mcp.load.world import load_world_text
+from aw_mcp.protocol.http_guard import HttpOptions
+from aw_mcp.protocol.server import (
+    FAULTS_URI,
+    SCORECARD_URI,
+    TRAJECTORY_URI,
+    SessionEvents,
+    WorldApp,
+    build_server,
+)
+from aw_mcp.sim.simulator import Simulator
 from tests.conftest import SMALL_WORLD, ScriptedWorldModel, free_port, observation
 from tests.hardening.test_http_protocol_backend import ACCEPT, INIT, http_world, sse_json
 

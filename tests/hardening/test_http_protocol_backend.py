@@ -17,14 +17,15 @@ import httpx
 import pytest
 import uvicorn
 
-from aw_mcp.backends.base import BackendError, GenerationParams
 from aw_mcp.backends.openai import OpenAIWorldModel, redact_url
 from aw_mcp.backends.resolve import open_backend, resolve_backend
 from aw_mcp.cli import main
-from aw_mcp.http_guard import HttpOptions
-from aw_mcp.server import WorldApp, build_http_app
-from aw_mcp.simulator import Simulator
-from aw_mcp.world import ModelSettings, load_world_text
+from aw_mcp.core.model_io import BackendError, GenerationParams
+from aw_mcp.load.world import load_world_text
+from aw_mcp.protocol.http_guard import HttpOptions
+from aw_mcp.protocol.server import WorldApp, build_http_app
+from aw_mcp.sim.simulator import Simulator
+from aw_mcp.spec.world import ModelSettings
 from tests.conftest import REPO, SMALL_WORLD, SUBPROCESS_S, ScriptedWorldModel, free_port, observation
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from aw_mcp.http_guard import HttpOptions
+from aw_mcp.protocol.http_guard import HttpOptions
 from tests.conftest import free_port
 from tests.hardening.test_http_protocol_backend import ACCEPT, INIT, http_world, sse_json
 

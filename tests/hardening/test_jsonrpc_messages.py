@@ -9,7 +9,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from aw_mcp.stdio_guard import MAX_DEPTH, check_message, check_message_off_loop, nesting_depth
+from aw_mcp.protocol.jsonrpc_checks import MAX_DEPTH, check_message, check_message_off_loop, nesting_depth
 
 pytestmark = pytest.mark.anyio
 PING = '{"jsonrpc": "2.0", "id": 3, "method": "ping", "params": '

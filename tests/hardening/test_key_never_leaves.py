@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from aw_mcp.backends.preflight import PreflightError, check_openai, preflight
 from aw_mcp.backends.resolve import open_backend, resolve_backend
-from aw_mcp.preflight import PreflightError, check_openai, preflight
-from aw_mcp.records import TrajectoryWriter
-from aw_mcp.redaction import redact_secrets
-from aw_mcp.session import SessionRegistry
-from aw_mcp.simulator import Simulator
-from aw_mcp.world import load_world_text
+from aw_mcp.core.redaction import redact_secrets
+from aw_mcp.load.world import load_world_text
+from aw_mcp.sim.registry import SessionRegistry
+from aw_mcp.sim.simulator import Simulator
+from aw_mcp.trajectory.records import TrajectoryWriter
 from tests.conftest import REPO, SMALL_WORLD, SUBPROCESS_S, free_port
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 

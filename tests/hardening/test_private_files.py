@@ -13,14 +13,14 @@ import pytest
 
 from aw_mcp.cli import main
 from aw_mcp.commands.serve import scorecard_writer
-from aw_mcp.private_files import PrivateFileError, open_private, write_private_text
-from aw_mcp.records import CallRecord, TrajectoryWriter
-from aw_mcp.report import write_report
-from aw_mcp.session import SessionRegistry
-from aw_mcp.world import load_world_text
+from aw_mcp.core.private_files import PrivateFileError, open_private, write_private_text
+from aw_mcp.eval.report import write_report
+from aw_mcp.load.world import load_world_text
+from aw_mcp.sim.registry import SessionRegistry
+from aw_mcp.trajectory.records import CallRecord, TrajectoryWriter
 from tests.conftest import SMALL_WORLD
+from tests.eval.test_judge_bench import GOOD, bench_file, judge_by_domain, record_session
 from tests.fake_openai import Reply, ScriptedOpenAIServer
-from tests.test_judge_bench import GOOD, bench_file, judge_by_domain, record_session
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
 

@@ -17,10 +17,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from aw_mcp.http_guard import HttpOptions
-from aw_mcp.schema_check import safe_pattern, schema_validator
-from aw_mcp.simulator import Simulator
-from aw_mcp.world import load_world, load_world_text, validate_paths
+from aw_mcp.load.world import load_world, load_world_text, validate_paths
+from aw_mcp.protocol.http_guard import HttpOptions
+from aw_mcp.sim.simulator import Simulator
+from aw_mcp.spec.schema_check import safe_pattern, schema_validator
 from tests.conftest import REPO, ScriptedWorldModel, free_port, observation
 from tests.hardening.test_http_protocol_backend import http_world
 
@@ -82,7 +82,7 @@ def test_huge_inputs_take_linear_time() -> None:
     """In a child process with a deadline, so that before the fix the test fails instead of hanging."""
     script = (  # the world on stdin: importing this module would import the test suite's conftest (and torch)
         "import sys\n"
-        "from aw_mcp.world import load_world_text\n"
+        "from aw_mcp.load.world import load_world_text\n"
         "w = load_world_text(sys.stdin.read())\n"
         "big = 'a' * 100_000 + '!'\n"
         "assert w.tool('echo').argument_problems({'s': big})\n"

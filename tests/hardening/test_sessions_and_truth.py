@@ -9,12 +9,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aw_mcp.backends.base import BackendError
-from aw_mcp.context_budget import HISTORY_OBSERVATION_CHARS, HISTORY_STRING_CHARS
-from aw_mcp.records import TrajectoryWriter, read_trajectory
-from aw_mcp.session import MAX_SESSION_KEY_CHARS, SessionKeyError, SessionRegistry
-from aw_mcp.simulator import Simulator
-from aw_mcp.world import load_world_text
+from aw_mcp.core.model_io import BackendError
+from aw_mcp.load.world import load_world_text
+from aw_mcp.prompt.budget import HISTORY_OBSERVATION_CHARS, HISTORY_STRING_CHARS
+from aw_mcp.sim.registry import MAX_SESSION_KEY_CHARS, SessionRegistry
+from aw_mcp.sim.session import SessionKeyError
+from aw_mcp.sim.simulator import Simulator
+from aw_mcp.trajectory.records import TrajectoryWriter, read_trajectory
 from tests.conftest import SMALL_WORLD, ScriptedWorldModel, observation
 
 pytestmark = pytest.mark.anyio

@@ -15,8 +15,10 @@ import anyio
 import pytest
 
 from aw_mcp.commands.validate import run as validate_run
-from aw_mcp.simulator import Simulator
-from aw_mcp.world import WorldSpec, WorldSpecError, load_world, load_world_text, validate_paths
+from aw_mcp.load.world import load_world, load_world_text, validate_paths
+from aw_mcp.sim.simulator import Simulator
+from aw_mcp.spec.issues import WorldSpecError
+from aw_mcp.spec.world import WorldSpec
 from tests.conftest import REPO, ScriptedWorldModel, observation
 from tests.hardening import world_fuzz
 

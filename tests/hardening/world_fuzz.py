@@ -208,7 +208,7 @@ def lone_surrogate(rng: random.Random, text: str) -> str:
 
 def huge_scalar(rng: random.Random, text: str) -> str:
     """A text just past the loader's cap (a bigger one only takes longer to read), or a big one under it."""
-    from aw_mcp.spec_source import MAX_SCALAR_CHARS
+    from aw_mcp.spec.source import MAX_SCALAR_CHARS
 
     size = rng.choice([MAX_SCALAR_CHARS + 1, MAX_SCALAR_CHARS + 10_000, 200, 5_000, 60_000, 250_000, 400_000])
     lines = _lines(text)

@@ -1,0 +1,1 @@
+"""Other frameworks' environments backed by a world (OpenEnv)."""

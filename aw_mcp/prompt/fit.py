@@ -1,0 +1,49 @@
+"""Does a world fit the prompt: its own text (system prompt with the bundled template, first screen and task) must
+leave room for a call inside the model's context, or every call would be refused."""
+
+from __future__ import annotations
+
+from aw_mcp.prompt.budget import CHARS_PER_TOKEN, DEFAULT_CONTEXT_TOKENS, prompt_budget
+from aw_mcp.prompt.render import (
+    render_demonstrations,
+    render_facts,
+    render_state,
+    render_system_prompt,
+    render_tool_definitions,
+)
+from aw_mcp.spec.source import PathKey
+from aw_mcp.spec.world import WorldSpec
+
+FIRST_TURN_CHARS = 600  # a first call's action and framing, beside the system prompt, the screen and the task
+
+
+def prompt_size_problems(world: WorldSpec) -> list[tuple[PathKey, str]]:
+    """The world's own text (its system prompt with the bundled template: description, tools and examples,
+    facts, state; plus the first screen and task) must leave room for a call, or every call would be refused.
+    Named at its largest part."""
+    system = render_system_prompt(world, world.now or "2026-01-01T00:00:00Z")
+    chars = len(system) + len(world.screen or "") + len(world.task or "") + FIRST_TURN_CHARS
+    context = world.model.context_tokens or DEFAULT_CONTEXT_TOKENS
+    budget = prompt_budget(context, world.model.token_budget)
+    needed = int(chars / CHARS_PER_TOKEN)
+    if needed <= budget:
+        return []
+    parts = {
+        "description": len(world.description),
+        "tools": len(render_tool_definitions(world) + render_demonstrations(world)),
+        "facts": len(render_facts(world)),
+        "state": len(render_state(world)),
+        "screen": len(world.screen or ""),
+        "task": len(world.task or ""),
+    }
+    largest = max(parts, key=lambda k: parts[k])
+    where = "model.context_tokens" if world.model.context_tokens else "the default context"
+    return [
+        (
+            (largest,),
+            f"the world's own text needs about {needed:,} tokens of prompt (`{largest}` alone "
+            f"{int(parts[largest] / CHARS_PER_TOKEN):,}), more than {where} of {context:,} tokens leaves "
+            f"beside the answer ({budget:,}): every call would be refused. Shorten it, or set "
+            "`model.context_tokens` to your model's (larger) context",
+        )
+    ]

@@ -1,0 +1,2 @@
+"""MCP on the wire: the server (tools, resources, transports), the HTTP guard, the fork route, JSON-RPC message
+checks."""

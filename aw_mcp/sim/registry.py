@@ -1,0 +1,234 @@
+"""The world sessions of one server or `Env`, by key: bounded (idle ones evicted, least recently used first),
+forked, resumed from a trajectory, each call's record committed to the trajectory file."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from aw_mcp.sim.session import DEFAULT_SESSION, RecordingError, SessionKeyError, WorldSession
+from aw_mcp.spec.world import WorldSpec
+from aw_mcp.trajectory.records import (
+    CallRecord,
+    ForkPoint,
+    ListingRecord,
+    TrajectoryLine,
+    TrajectoryWriter,
+    read_lines,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_SESSIONS = 1000
+DEFAULT_SESSION_TTL_S = 3600.0
+MAX_SESSION_KEY_CHARS = 128
+# How a 2025-era HTTP transport session's world is keyed (`http-<Mcp-Session-Id>`); other keys may not start so.
+TRANSPORT_SESSION_PREFIX = "http-"
+
+
+class ForkPointError(ValueError):
+    """`--at K` names a call the recorded session does not have."""
+
+
+class SessionRegistry:
+    """World sessions by key: one per stdio process, one per HTTP client session (see ARCHITECTURE.md).
+
+    Bounded: a session idle for `idle_ttl_s` is evicted, at most `max_sessions` live at once (the least recently
+    used idle one makes room), keys are at most MAX_SESSION_KEY_CHARS. The default session is never evicted.
+    """
+
+    def __init__(
+        self,
+        world: WorldSpec,
+        writer: TrajectoryWriter | None = None,
+        *,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        idle_ttl_s: float | None = DEFAULT_SESSION_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.world = world
+        self.writer = writer
+        self.max_sessions = max_sessions
+        self.idle_ttl_s = idle_ttl_s
+        self.clock = clock
+        self._sessions: dict[str, WorldSession] = {}
+        self.default_key = DEFAULT_SESSION
+        # Every line written or restored, across sessions (evicted ones included), when someone needs it at the
+        # end (`aw-mcp serve --scorecard`); None: not kept.
+        self.journal: list[TrajectoryLine] | None = None
+
+    def get(self, key: str | None = None) -> WorldSession:
+        key = key or self.default_key
+        if len(key) > MAX_SESSION_KEY_CHARS:
+            raise SessionKeyError(
+                f"session key is {len(key):,} characters; at most {MAX_SESSION_KEY_CHARS} allowed"
+            )
+        now = self.clock()
+        self.evict_idle(now)
+        session = self._sessions.get(key)
+        if session is None:
+            if len(self._sessions) >= self.max_sessions and not self._evict_oldest_idle():
+                raise SessionKeyError(
+                    f"too many live world sessions ({self.max_sessions}); end one (DELETE) or wait for one to idle out"
+                )
+            session = self._sessions[key] = WorldSession(self.world, key)
+        session.last_used = now
+        return session
+
+    def evict_idle(self, now: float | None = None) -> int:
+        """Drop sessions idle longer than the TTL; returns how many."""
+        if self.idle_ttl_s is None:
+            return 0
+        now = self.clock() if now is None else now
+        stale = [
+            k
+            for k, s in self._sessions.items()
+            if k != self.default_key and not s.busy and now - s.last_used > self.idle_ttl_s
+        ]
+        for key in stale:
+            del self._sessions[key]
+        return len(stale)
+
+    def _evict_oldest_idle(self, keep: str | None = None) -> bool:
+        idle = [
+            (s.last_used, k)
+            for k, s in self._sessions.items()
+            if k not in (self.default_key, keep) and not s.busy
+        ]
+        if not idle:
+            return False
+        del self._sessions[min(idle)[1]]
+        return True
+
+    def fork(self, key: str, n: int) -> list[WorldSession]:
+        """`n` new sessions, each an independent copy of session `key` at its current point. Forks count against
+        `max_sessions` like any session: all or none are made."""
+        parent = self._sessions.get(key)
+        if parent is None:
+            raise KeyError(key)
+        if n < 1:
+            raise SessionKeyError(f"a fork needs n >= 1, got {n}")
+        self.evict_idle()
+        parent.last_used = self.clock()  # never the one evicted to make room for its own forks
+        while len(self._sessions) + n > self.max_sessions and self._evict_oldest_idle(keep=key):
+            pass
+        if len(self._sessions) + n > self.max_sessions:
+            raise SessionKeyError(
+                f"no room for {n} forked session(s): {len(self._sessions)} of {self.max_sessions} live"
+            )
+        children = []
+        for _ in range(n):
+            child = parent.fork(self.new_key())
+            child.last_used = self.clock()
+            self._sessions[child.id] = child
+            children.append(child)
+        return children
+
+    def adopt(self, session: WorldSession) -> None:
+        """Take in a session made elsewhere (a fork that gets a simulator of its own, aw_mcp.env)."""
+        self._sessions[session.id] = session
+
+    def drop(self, key: str) -> bool:
+        """Forget a session and its world (its trajectory lines stay on disk)."""
+        return self._sessions.pop(key, None) is not None
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def sessions(self) -> list[WorldSession]:
+        return list(self._sessions.values())
+
+    def new_key(self) -> str:
+        return uuid.uuid4().hex[:12]
+
+    def record(self, session: WorldSession, record: CallRecord) -> None:
+        """Write ahead, then commit to the session (blocking; for restoring and for synchronous callers)."""
+        if self.writer is not None:
+            self.writer.write(record)
+        self._keep(record)
+        session.add(record)
+
+    def _keep(self, line: TrajectoryLine) -> None:
+        if self.journal is not None:
+            self.journal.append(line)
+
+    async def note_listing(self, session: WorldSession, tools: list[str]) -> None:
+        """Record that the session's client listed the tools (a failed write is logged: a listing is not a call,
+        and refusing to list tools would break the client for a missing audit line)."""
+        listing = ListingRecord(
+            world=self.world.name, session=session.id, before_call=session.next_index, tools=tools
+        )
+        session.listings.append(listing)
+        self._keep(listing)
+        if self.writer is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await anyio.to_thread.run_sync(self.writer.write, listing)
+                except (OSError, ValueError) as exc:
+                    log.warning("tools/list not recorded in the trajectory: %s", exc)
+
+    async def commit(self, session: WorldSession, record: CallRecord) -> None:
+        """Write the record ahead (off the event loop), then add it to the session. If the write fails the
+        session does not change and RecordingError says why; a cancellation cannot split the two steps."""
+        with anyio.CancelScope(shield=True):
+            if self.writer is not None:
+                try:
+                    await anyio.to_thread.run_sync(self.writer.write, record)
+                except (OSError, ValueError) as exc:
+                    raise RecordingError(f"the trajectory could not be written: {exc}") from exc
+            self._keep(record)
+            session.add(record)
+
+    def resume(self, path: str | Path, at: int | None = None) -> int:
+        """Load a recorded trajectory; the default session continues the last recorded one. Returns calls loaded.
+
+        A forked session's lines (`forked_from`) are restored on top of their parent's calls before the fork point.
+        `at`: keep only the first `at` calls of that last session, and continue in a fork of it at that point
+        (the replay of a recorded incident, then new continuations; the file's later lines stay untouched)."""
+        count = 0
+        last_session = None
+        for record in read_lines(path):
+            if record.world not in (None, self.world.name):
+                continue
+            key = (record.session or DEFAULT_SESSION)[:MAX_SESSION_KEY_CHARS]
+            self._keep(record)
+            if isinstance(record, ListingRecord):
+                self.get(key).listings.append(record)
+                continue
+            if key not in self._sessions and record.forked_from is not None:
+                self._restore_fork_point(key, record.forked_from)
+            self.get(key).restore(record)
+            last_session, count = key, count + 1
+        if last_session is not None:
+            self.default_key = last_session
+        if at is not None:
+            if last_session is None:
+                raise ForkPointError(f"{path}: no recorded call to continue from")
+            self.default_key = self._fork_at(last_session, at).id
+        return count
+
+    def _restore_fork_point(self, key: str, point: ForkPoint) -> None:
+        parent = self._sessions.get(point.session[:MAX_SESSION_KEY_CHARS])
+        session = self.get(key)
+        session.forked_from = point
+        for record in parent.records if parent is not None else []:
+            if record.index < point.call:
+                session.restore(record)
+
+    def _fork_at(self, key: str, at: int) -> WorldSession:
+        source = self._sessions[key]
+        if not 0 <= at <= source.next_index:
+            raise ForkPointError(f"--at {at}: the recorded session has calls 1-{source.next_index}")
+        trimmed = WorldSession(self.world, key, now=source.now)
+        trimmed.forked_from = source.forked_from
+        for record in sorted(source.records, key=lambda r: r.index):
+            if record.index < at:
+                trimmed.restore(record)
+        child = trimmed.fork(self.new_key())
+        self._sessions[child.id] = child
+        return child

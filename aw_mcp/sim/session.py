@@ -1,0 +1,99 @@
+"""A world session: the history one simulated world keeps between calls (its trajectory lines: trajectory/records.py).
+
+The registry that holds the sessions of a server or an `Env` is `registry.py`."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aw_mcp.prompt.budget import HISTORY_OBSERVATION_CHARS, clip_text, clip_value
+from aw_mcp.prompt.render import Turn
+from aw_mcp.prompt.transcript import Transcript
+from aw_mcp.sim.ledger import Ledger
+from aw_mcp.spec.world import WorldSpec
+from aw_mcp.trajectory.records import (
+    CallRecord,
+    ForkPoint,
+    ListingRecord,
+    utc_now,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION = "default"
+
+
+class WorldSession:
+    """One simulated world's history. Observations become assistant turns of the next prompt."""
+
+    def __init__(
+        self,
+        world: WorldSpec,
+        session_id: str = DEFAULT_SESSION,
+        now: str | None = None,
+    ):
+        self.world = world
+        self.id = session_id
+        self.now = world.now or now or utc_now()
+        self.transcript = Transcript(world)  # the history, rendered for the world model as it grows
+        # What earlier calls established (screen domains: only fault-made changes; the screen shows the rest).
+        self.ledger = Ledger(include_writes=world.domain == "mcp")
+        self.records: list[CallRecord] = []
+        self.listings: list[ListingRecord] = []  # the tools/list requests answered in this session
+        self._next_index = 0
+        self.compacted = 0  # earliest history turns no longer shown to the world model (only grows)
+        self.busy = 0  # calls in flight: a busy session is never evicted
+        self.last_used = time.monotonic()
+        self.forked_from: ForkPoint | None = None  # set on a fork: its new records say where they came from
+
+    def fork(self, session_id: str) -> WorldSession:
+        """An independent copy at this point: history, ledger, records, clock and call index; from here on each
+        diverges on its own. Records are never changed after commit, so the copies share them."""
+        if self.busy:
+            raise SessionKeyError(f"session {self.id!r} has a call in flight: fork it between calls")
+        child = WorldSession(self.world, session_id, now=self.now)
+        child.now = self.now
+        child.transcript = self.transcript.copy()
+        child.ledger = self.ledger.copy()
+        child.records = list(self.records)
+        child.listings = list(self.listings)
+        child._next_index = self._next_index
+        child.compacted = self.compacted
+        child.forked_from = ForkPoint(session=self.id, call=self._next_index)
+        return child
+
+    def claim_index(self) -> int:
+        """Reserve the next call index (calls may overlap; each gets a distinct, ordered index)."""
+        index = self._next_index
+        self._next_index += 1
+        return index
+
+    @property
+    def next_index(self) -> int:
+        return self._next_index
+
+    def add(self, record: CallRecord) -> None:
+        self.records.append(record)
+        if record.observation is not None and record.error is None and record.in_history:
+            seen = record.truth if record.truth is not None else record.observation
+            arguments = clip_value(record.arguments)
+            self.transcript.append(Turn(record.tool, arguments, clip_text(seen, HISTORY_OBSERVATION_CHARS)))
+
+    @property
+    def history(self) -> list[Turn]:
+        """The calls the world took in, in commit order: what the world model is shown (read-only)."""
+        return self.transcript.turns
+
+    def restore(self, record: CallRecord) -> None:
+        """Replay a recorded call into this session (for --resume)."""
+        self._next_index = max(self._next_index, record.index + 1)
+        self.add(record)
+
+
+class SessionKeyError(ValueError):
+    """A session key the registry refuses (too long), or no room for another live session."""
+
+
+class RecordingError(RuntimeError):
+    """The trajectory could not be written; the call is not committed."""

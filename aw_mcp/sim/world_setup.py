@@ -1,0 +1,265 @@
+"""From command-line flags to a running simulator: world file, backend choice, recording and resume."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from aw_mcp.backends.contract import WorldModel
+from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resolve_backend
+from aw_mcp.core.errors import UsageError
+from aw_mcp.core.settings import AwSettings, read_settings
+from aw_mcp.load.world import load_world
+from aw_mcp.prompt.templates import PromptDir, prompt_dir
+from aw_mcp.sim.registry import ForkPointError, SessionRegistry
+from aw_mcp.sim.simulator import Simulator, params_from_settings
+from aw_mcp.spec.bundled import resolve_world_path
+from aw_mcp.spec.issues import SpecIssue, WorldSpecError
+from aw_mcp.spec.presets import PRESET_NAMES, parse_preset
+from aw_mcp.spec.world import WorldSpec
+from aw_mcp.trajectory.records import TrajectoryWriter
+
+log = logging.getLogger(__name__)
+
+
+def add_world_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--world", required=True, help="world YAML file, or the name of a bundled world")
+    parser.add_argument(
+        "--prompts",
+        metavar="DIR",
+        help="prompt templates laid out like prompts/ (<domain>/system_prompt.txt, <domain>/judge_system_prompt.txt);"
+        " overrides the world's `prompts:`",
+    )
+
+
+def add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("world model")
+    group.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="default: openai when a base URL is set, else local (demo: scripted answers from the world's "
+        "examples, labelled as such; never the world model)",
+    )
+    group.add_argument(
+        "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (AW_BASE_URL)"
+    )
+    group.add_argument("--model", help="model name (openai) or path / hub id (local) (AW_MODEL)")
+    group.add_argument("--replay", metavar="TRAJECTORY", help="recorded trajectory answering calls (replay)")
+    group.add_argument("--device", help="local engine device, e.g. cuda, cpu")
+    group.add_argument("--dtype", help="local engine dtype, e.g. bfloat16, float32")
+    group.add_argument(
+        "--max-model-len",
+        type=int,
+        metavar="TOKENS",
+        help="local engine context (prompt + answer); default: the engine's (32768 on a GPU, 8192 on a CPU)",
+    )
+    group.add_argument("--seed", type=int, help="override the world's seed")
+    group.add_argument("--temperature", type=float, help="override the world's sampling temperature")
+    group.add_argument("--max-tokens", type=int, help="override the world's max_tokens")
+    thinking = group.add_mutually_exclusive_group()
+    thinking.add_argument(
+        "--thinking", dest="thinking", action="store_true", default=None, help="let it think"
+    )
+    thinking.add_argument(
+        "--no-thinking", dest="thinking", action="store_false", help="fast mode: no thinking"
+    )
+    group.add_argument(
+        "--trust-world-backend",
+        action="store_true",
+        help="send AW_API_KEY to a model.base_url given by the world file (by default only to --base-url/AW_BASE_URL)",
+    )
+    group.add_argument("--record", metavar="PATH", help="append one JSON line per call to this trajectory")
+    group.add_argument("--resume", metavar="PATH", help="continue the session recorded in this trajectory")
+    group.add_argument(
+        "--at",
+        type=int,
+        metavar="K",
+        help="with --resume: keep the recorded session's first K calls and continue in a fork of it from there",
+    )
+
+
+def add_preset_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset",
+        action="append",
+        default=[],
+        metavar="NAME[:KEY=VALUE,...]",
+        help=f"add a perturbation preset at launch ({', '.join(PRESET_NAMES)}), e.g. flaky:probability=0.3",
+    )
+
+
+def preset_from_flag(flag: str) -> object:
+    """`brownout:probability=0.5,cooldown=3` → the preset model (values are read as YAML scalars)."""
+    name, _, rest = flag.partition(":")
+    data: dict[str, object] = {"name": name.strip()}
+    for pair in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"--preset {flag}: expected KEY=VALUE, got {pair!r}")
+        data[key.strip()] = yaml.safe_load(value)
+    try:
+        return parse_preset(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "name"
+        raise UsageError(f"--preset {flag}: {where}: {first['msg']}") from None
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+def reproduce_flags(args: argparse.Namespace, env: AwSettings | None = None) -> list[str]:
+    """The flags that set up the same world with the same backend, for a hint that repeats a running command
+    (`serve` at a terminal suggests an mcpServers entry and `aw-mcp shell`): the world, its prompts and presets,
+    the backend and its settings, and the sampling overrides. Paths are made absolute, since an MCP client starts
+    the server in a folder of its own; a backend, base URL or model taken from AW_BACKEND / AW_BASE_URL / AW_MODEL
+    is spelled out, since the client's environment may not have them. Never a secret: no API key or auth token,
+    and a base URL loses any `user:password@`. Trajectory flags (--record, --resume, --at) are left out: a second
+    process appending to the same file is not what a hint should suggest. `env`: the AW_* settings (read now when
+    not given)."""
+    from aw_mcp.core.redaction import redact_url
+
+    env = read_settings() if env is None else env
+    world = str(args.world)
+    flags = ["--world", _absolute(world) if Path(world).is_file() else world]
+    if getattr(args, "prompts", None):
+        flags += ["--prompts", _absolute(args.prompts)]
+    for preset in getattr(args, "preset", None) or []:
+        flags += ["--preset", preset]
+    backend = getattr(args, "backend", None) or env.backend
+    base_url = getattr(args, "base_url", None) or env.base_url
+    model = getattr(args, "model", None) or env.model
+    replay = getattr(args, "replay", None)
+    valued: list[tuple[str, object]] = [
+        ("--backend", backend),
+        ("--base-url", redact_url(base_url) if base_url else None),
+        ("--model", model),
+        ("--replay", _absolute(replay) if replay else None),
+        ("--device", getattr(args, "device", None)),
+        ("--dtype", getattr(args, "dtype", None)),
+        ("--max-model-len", getattr(args, "max_model_len", None)),
+        ("--seed", getattr(args, "seed", None)),
+        ("--temperature", getattr(args, "temperature", None)),
+        ("--max-tokens", getattr(args, "max_tokens", None)),
+    ]
+    flags += [item for flag, value in valued if value is not None for item in (flag, str(value))]
+    thinking = getattr(args, "thinking", None)
+    if thinking is not None:
+        flags.append("--thinking" if thinking else "--no-thinking")
+    if getattr(args, "trust_world_backend", False):
+        flags.append("--trust-world-backend")
+    return flags
+
+
+@dataclass
+class WorldOptions:
+    """What `aw-mcp serve` takes on its command line to set a world up, as one value (aw_mcp.Env passes one;
+    the commands pass their argparse namespace, which has the same attributes)."""
+
+    world: str
+    prompts: str | None = None
+    backend: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    replay: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    max_model_len: int | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    thinking: bool | None = None
+    trust_world_backend: bool = False
+    record: str | None = None
+    resume: str | None = None
+    at: int | None = None
+    preset: list[str] = field(default_factory=list)
+
+
+@dataclass
+class WorldSetup:
+    world: WorldSpec
+    spec_text: str
+    simulator: Simulator
+    prompts: PromptDir
+    backend: BackendChoice
+
+
+def apply_overrides(world: WorldSpec, args: argparse.Namespace) -> WorldSpec:
+    model_updates = {
+        key: value
+        for key, value in (
+            ("temperature", getattr(args, "temperature", None)),
+            ("max_tokens", getattr(args, "max_tokens", None)),
+            ("thinking", getattr(args, "thinking", None)),
+        )
+        if value is not None
+    }
+    updates: dict[str, object] = {}
+    if model_updates:
+        updates["model"] = world.model.model_copy(update=model_updates)
+    if getattr(args, "seed", None) is not None:
+        updates["seed"] = args.seed
+    flags = getattr(args, "preset", None) or []
+    if flags:
+        updates["presets"] = [*world.presets, *(preset_from_flag(f) for f in flags)]
+    if not updates:
+        return world
+    world = world.model_copy(update=updates)
+    problems = world.perturbation_problems() if flags else []
+    if problems:
+        raise WorldSpecError(
+            [SpecIssue("--preset", 0, ".".join(map(str, loc)), msg) for loc, msg in problems]
+        )
+    return world
+
+
+def setup_world(
+    args: WorldOptions | argparse.Namespace,
+    open_model: Callable[[BackendChoice, WorldSpec], WorldModel] | None = None,
+) -> WorldSetup:
+    """Raises WorldSpecError / BackendConfigError / TrajectoryFormatError with a user-facing message.
+    `open_model`: how to get the backend for the chosen one (aw_mcp.Env shares one among its envs)."""
+    path = resolve_world_path(args.world)
+    world = apply_overrides(load_world(path), args)
+    prompts = prompt_dir(getattr(args, "prompts", None), world.prompts, Path(path))
+    template = prompts.load(world.domain)  # an unknown {slot} or a missing file stops us here, not at a call
+    if not prompts.bundled and "{facts}" not in template and "{initial_state}" not in template:
+        log.warning(
+            "%s has no {facts} or {initial_state} slot: the world's facts and state are not in the system prompt",
+            prompts.path(world.domain),
+        )
+    choice = resolve_backend(
+        world.model,
+        backend=args.backend,
+        base_url=args.base_url,
+        model=args.model,
+        replay_path=args.replay,
+        device=args.device,
+        dtype=args.dtype,
+        max_model_len=getattr(args, "max_model_len", None),
+    )
+    record_path = args.record or args.resume
+    writer = TrajectoryWriter(record_path) if record_path else None
+    registry = SessionRegistry(world, writer)
+    at = getattr(args, "at", None)
+    if at is not None and not args.resume:
+        raise UsageError("--at K needs --resume TRAJECTORY: the recorded session to continue from")
+    if args.resume and Path(args.resume).exists():
+        try:
+            registry.resume(args.resume, at=at)
+        except ForkPointError as exc:
+            raise UsageError(str(exc)) from None
+    if open_model is not None:
+        backend = open_model(choice, world)
+    else:
+        backend = open_backend(choice, world.model, world, getattr(args, "trust_world_backend", False))
+    simulator = Simulator(world, backend, registry, params_from_settings(world.model), template=template)
+    return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts, choice)

@@ -1,0 +1,481 @@
+"""WorldSpec: the pydantic model of a YAML world (tools, facts, state, model settings, perturbations) and the checks
+that need only the world itself. Reading a file into one, with every check, is `aw_mcp/load/world.py`."""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import re
+from datetime import date, datetime
+from functools import cached_property
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from aw_mcp.core.strict_model import StrictSpecModel, http_url
+from aw_mcp.spec.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, TASK_DOMAINS, Domain
+from aw_mcp.spec.faults import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
+from aw_mcp.spec.injections import BUILTIN_INJECTIONS, InjectionSlot
+from aw_mcp.spec.issues import clean_loc, expected
+from aw_mcp.spec.presets import PresetRef, expand_presets, normalize_preset
+from aw_mcp.spec.schema_check import (
+    dangling_ref,
+    json_problem,
+    ref_problem,
+    regex_budget,
+    schema_validator,
+)
+from aw_mcp.spec.source import PathKey
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")  # MCP 2025-11-25 (SEP-986): 1-128 of these characters
+MAX_WORLD_NAME_CHARS = 128  # the server's name (`aw-mcp:<name>`), as long as a tool name may be
+MAX_PROBLEM_CHARS = 300  # a schema error quoting a huge argument value is cut to this length
+
+
+class ToolAnnotationsSpec(StrictSpecModel):
+    title: str | None = None
+    readOnlyHint: bool | None = None
+    destructiveHint: bool | None = None
+    idempotentHint: bool | None = None
+    openWorldHint: bool | None = None
+
+
+class ToolExample(StrictSpecModel):
+    """A demonstration: these arguments gave this result (text, or a JSON value for structured tools)."""
+
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: Any
+
+    @model_validator(mode="after")
+    def _json_values(self) -> ToolExample:
+        for key in ("arguments", "result"):
+            problem = json_problem(getattr(self, key))
+            if problem is not None:
+                raise ValueError(f"{key} must be JSON: {problem}")
+        return self
+
+
+class ToolErrorSpec(StrictSpecModel):
+    """A named failure the real tool can produce; the world model and the fault injector both use it."""
+
+    name: str
+    message: str
+    when: str = ""
+    status: int | None = Field(default=None, ge=100, le=599)
+
+
+def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
+    not_json = json_problem(schema)
+    if not_json is not None:
+        raise ValueError(f"{what} must be JSON: {not_json}")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ValueError(f"{what} is not a valid JSON Schema (2020-12) at {where}: {exc.message}") from None
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply to check") from None
+    bad_ref = dangling_ref(schema)
+    if bad_ref is not None:
+        raise ValueError(f"{what} has a $ref {bad_ref!r} that points at nothing")
+    problem = ref_problem(schema)
+    if problem is not None:
+        raise ValueError(f"{what}: {problem}")
+    if schema.get("type") != "object":
+        raise ValueError(f"{what} must have `type: object` at its root (MCP clients require an object)")
+    return schema
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_PROBLEM_CHARS:
+        return text
+    return f"{text[:MAX_PROBLEM_CHARS]}… [{len(text) - MAX_PROBLEM_CHARS:,} more characters]"
+
+
+class ToolSpec(StrictSpecModel):
+    """One virtual tool; maps 1:1 to an MCP tool."""
+
+    name: str
+    title: str | None = None
+    description: str = ""
+    inputSchema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "additionalProperties": False}
+    )
+    outputSchema: dict[str, Any] | None = None
+    # The real API returns a non-object (e.g. an array): the model writes that raw value and the server wraps it
+    # as {outputWrapper: value} for structuredContent, whose root MCP requires to be an object.
+    outputWrapper: str | None = None
+    annotations: ToolAnnotationsSpec | None = None
+    examples: list[ToolExample] = Field(default_factory=list)
+    errors: list[ToolErrorSpec] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        if not TOOL_NAME.fullmatch(name):
+            raise ValueError("a tool name must be 1-128 characters from A-Z a-z 0-9 _ - .")
+        return name
+
+    @field_validator("inputSchema")
+    @classmethod
+    def _valid_input(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        return _check_schema(schema, "inputSchema")
+
+    @field_validator("outputSchema")
+    @classmethod
+    def _valid_output(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if schema is None else _check_schema(schema, "outputSchema")
+
+    @field_validator("errors")
+    @classmethod
+    def _error_names_unique(cls, errors: list[ToolErrorSpec]) -> list[ToolErrorSpec]:
+        names = [e.name for e in errors]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"duplicate error name(s) {', '.join(map(repr, twice))}: error names must be unique"
+            )
+        return errors
+
+    @model_validator(mode="after")
+    def _wrapper_is_a_property(self) -> ToolSpec:
+        if self.outputWrapper is not None:
+            properties = (self.outputSchema or {}).get("properties", {})
+            if self.outputWrapper not in properties:
+                raise ValueError(f"outputWrapper {self.outputWrapper!r} must name a property of outputSchema")
+        return self
+
+    def wrap_result(self, value: Any) -> Any:
+        """The model's raw result in the object shape `outputSchema` describes."""
+        if self.outputWrapper is None or (isinstance(value, dict) and set(value) == {self.outputWrapper}):
+            return value
+        return {self.outputWrapper: value}
+
+    @model_validator(mode="after")
+    def _examples_fit_schemas(self) -> ToolSpec:
+        for i, example in enumerate(self.examples):
+            problems = self.argument_problems(example.arguments)
+            if problems:
+                raise ValueError(f"examples[{i}].arguments do not match inputSchema: {problems[0]}")
+            problem = self.output_problem(self.wrap_result(example.result))
+            if problem is not None:
+                raise ValueError(f"examples[{i}].result does not match outputSchema {problem}")
+        return self
+
+    @cached_property
+    def _input_validator(self) -> jsonschema.Draft202012Validator:
+        return schema_validator(self.inputSchema)
+
+    @cached_property
+    def _output_validator(self) -> jsonschema.Draft202012Validator | None:
+        return schema_validator(self.outputSchema) if self.outputSchema is not None else None
+
+    def argument_problems(self, arguments: dict[str, Any]) -> list[str]:
+        """Every inputSchema violation, each naming the field it concerns (empty when the arguments are valid).
+        A message quoting a long value is cut: the agent needs the field and the rule, not its own payload."""
+        try:
+            with regex_budget():  # a regex RE2 cannot take gets a bounded time for the whole check
+                errors = sorted(
+                    self._input_validator.iter_errors(arguments),
+                    key=lambda e: list(map(str, e.absolute_path)),
+                )
+        except RecursionError:
+            return ["the arguments are nested too deeply to check"]
+        problems = []
+        for error in errors:
+            where = ".".join(str(p) for p in error.absolute_path)
+            message = _cut(error.message)
+            problems.append(f"field `{_cut(where)}`: {message}" if where else message)
+        return problems
+
+    def output_problem(self, value: Any) -> str | None:
+        """Why a structured result breaks outputSchema (`at PATH: message`), or None when it fits (or no schema)."""
+        if self._output_validator is None:
+            return None
+        try:
+            with regex_budget():
+                bad = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
+        except RecursionError:
+            return "at (root): the value is nested too deeply to check"
+        if bad is None:
+            return None
+        return f"at {_cut('/'.join(str(p) for p in bad.absolute_path) or '(root)')}: {_cut(bad.message)}"
+
+    @property
+    def structured(self) -> bool:
+        return self.outputSchema is not None
+
+    def wire(self) -> dict[str, Any]:
+        """The MCP `Tool` object (camelCase wire names)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.inputSchema,
+        }
+        if self.title:
+            out["title"] = self.title
+        if self.outputSchema is not None:
+            out["outputSchema"] = self.outputSchema
+        if self.annotations is not None:
+            out["annotations"] = self.annotations.model_dump(exclude_none=True)
+        return out
+
+
+class Fact(StrictSpecModel):
+    """A statement that is true in this world; optionally only relevant to some tools (names or globs)."""
+
+    text: str
+    tools: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"text": data} if isinstance(data, str) else data
+
+
+# Sampling of the official evaluation (eval.py of QwenLM/Qwen-AgentWorld): temperature 0.6, max_tokens 32768; it sets
+# no top_p / top_k, so neither do we unless a world asks (the server's generation config then decides).
+DEFAULT_TEMPERATURE = 0.6
+DEFAULT_MAX_TOKENS = 32768
+MAX_TOKENS_LIMIT = 10_000_000  # no model has a longer context; a bigger number is a typo (1e20)
+# Fast mode (no thinking) answers directly; a screen or a JSON result fits in far fewer tokens.
+FAST_MAX_TOKENS = 8192
+
+
+class ModelSettings(StrictSpecModel):
+    """Backend settings and sampling; the command line and AW_* env vars override the backend fields."""
+
+    backend: Literal["openai", "local", "replay"] | None = None
+    base_url: str | None = None
+    model: str | None = None
+    temperature: float = Field(default=DEFAULT_TEMPERATURE, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int | None = Field(default=None, ge=-1, le=1_000_000, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT, strict=True)
+    # The model's context window in tokens (prompt + answer); unset: the backend's, else DEFAULT_CONTEXT_TOKENS.
+    context_tokens: int | None = Field(default=None, ge=1024, le=MAX_TOKENS_LIMIT, strict=True)
+    thinking: bool = Field(default=True, strict=True)
+    # A deadline for one call's generation, all attempts and streaming included.
+    timeout_s: float = Field(default=600.0, gt=0, le=86_400, allow_inf_nan=False)
+    retries: int = Field(default=3, ge=0, le=20, strict=True)
+    output_retries: int = Field(default=2, ge=0, le=10, strict=True)
+    # The largest answer (text + reasoning, UTF-8 bytes) a call takes; over it, the call fails naming this setting.
+    # 4 MiB (backends/base.py DEFAULT_MAX_ANSWER_BYTES): ~1M tokens of text, 32x the default max_tokens.
+    max_answer_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3, strict=True)
+    # Decode a tool with an outputSchema under a grammar (its schema, or an error), valid by construction
+    # (aw_mcp/prompt/constraint.py); post-hoc validation and output_retries still apply.
+    constrained: bool = Field(default=True, strict=True)
+
+    _http_url = field_validator("base_url")(http_url)
+
+    @property
+    def token_budget(self) -> int:
+        """max_tokens as set, else the official evaluation's 32768 (thinking) or the fast-mode budget."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return DEFAULT_MAX_TOKENS if self.thinking else FAST_MAX_TOKENS
+
+
+class WorldSpec(StrictSpecModel):
+    """A simulated world: what the agent sees (tools) and what the world model is told (facts, state, clock)."""
+
+    name: str = Field(min_length=1)  # one line of at most MAX_WORLD_NAME_CHARS (the MCP server's name)
+    description: str = ""
+    domain: Domain = "mcp"
+    seed: int = Field(default=0, strict=True)
+    now: str | None = None
+    facts: list[Fact] = Field(default_factory=list)
+    # The hidden world state, given to the world model in its system prompt.
+    state: str | dict[str, Any] | list[Any] | None = None
+    # Screen domains: the screen the agent starts on (terminal text, UI or accessibility tree), shown verbatim as
+    # the first turn's **Current State:** (android, web, os: until an observation replaces it).
+    screen: str | None = None
+    # Android, web and OS: the agent's goal, shown on the first turn as its **Task Instruction:**.
+    task: str | None = None
+    # A directory laid out like `prompts/` (relative to the world file) whose templates replace the bundled ones.
+    prompts: str | None = None
+    tools: list[ToolSpec] = Field(default_factory=list)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    # Prompt-injection slots (AgentDojo-style): name -> text, or {text, expect_call}; `inject` faults fill them in.
+    injections: dict[str, InjectionSlot] = Field(default_factory=dict)
+    perturbations: list[Perturbation] = Field(default_factory=list)
+    presets: list[PresetRef] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _one_line_name(cls, name: str) -> str:
+        rule = f"a world name (the MCP server's) is one line of at most {MAX_WORLD_NAME_CHARS} characters"
+        if len(name) > MAX_WORLD_NAME_CHARS:
+            raise ValueError(f"{rule}; this one has {len(name):,}")
+        if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):
+            raise ValueError(f"{rule}; this one holds a control character")
+        return name
+
+    @field_validator("presets", mode="before")
+    @classmethod
+    def _preset_names(cls, value: Any) -> Any:
+        return [normalize_preset(v) for v in value] if isinstance(value, list) else value
+
+    @field_validator("now", mode="before")
+    @classmethod
+    def _iso_clock(cls, value: Any) -> Any:
+        if isinstance(value, datetime | date):
+            return value.isoformat()
+        if isinstance(value, str):
+            try:
+                datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError("expected an ISO 8601 date-time such as 2026-03-01T09:00:00Z") from None
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _builtin_tools(cls, data: Any) -> Any:
+        """Non-MCP domains start from their built-in tools; a `tools:` entry naming one is merged over it (e.g. to
+        add `examples:`), other entries are added after them."""
+        domain = data.get("domain", "mcp") if isinstance(data, dict) else None
+        if not isinstance(domain, str) or domain not in BUILTIN_TOOLS:
+            return data
+        own = data.get("tools") or []
+        if not isinstance(own, list):
+            return data  # let field validation report the type error
+        merged = copy.deepcopy(BUILTIN_TOOLS[data["domain"]])
+        by_name = {tool["name"]: tool for tool in merged}
+        for entry in own:
+            if isinstance(entry, dict) and entry.get("name") in by_name:
+                by_name[entry["name"]].update(entry)
+            else:
+                merged.append(entry)
+        return {**data, "tools": merged}
+
+    @model_validator(mode="after")
+    def _tools_present_and_unique(self) -> WorldSpec:
+        if not self.tools:
+            raise ValueError("a world of domain `mcp` needs at least one tool under `tools:`")
+        seen: set[str] = set()
+        for tool in self.tools:
+            if tool.name in seen:
+                raise ValueError(f"duplicate tool name {tool.name!r}: tool names must be unique")
+            seen.add(tool.name)
+        return self
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def tool_or_added(self, name: str) -> ToolSpec | None:
+        """A tool of the world, or one a catalog fault adds during a session (its definition from the fault)."""
+        tool = self.tool(name)
+        if tool is not None:
+            return tool
+        for p in self.all_perturbations():
+            if isinstance(p.fault, CatalogFault):
+                for definition in p.fault.add:
+                    if definition.get("name") == name:
+                        return ToolSpec.model_validate(definition)
+        return None
+
+    def format_problems(self) -> list[tuple[PathKey, str]]:
+        """Keys the trained turn format needs or cannot use in this domain, each with its YAML location."""
+        problems: list[tuple[PathKey, str]] = []
+        if self.domain in SCREEN_DOMAINS and self.screen is None:
+            hint = (
+                "move `state.screen` to a top-level `screen:`"
+                if isinstance(self.state, dict) and "screen" in self.state
+                else "add a top-level `screen: |` block holding the screen the agent starts on, verbatim"
+            )
+            problems.append(
+                (
+                    ("domain",),
+                    f"a `{self.domain}` world needs its initial screen under `screen:` (shown to the world model as "
+                    f"the first turn's current state); {hint}. `state:` stays the hidden world state",
+                )
+            )
+        if self.domain not in SCREEN_DOMAINS and self.screen is not None:
+            problems.append(
+                (
+                    ("screen",),
+                    f"`screen:` is read only by the screen domains ({', '.join(sorted(SCREEN_DOMAINS))}); "
+                    "put what the service holds under `state:`",
+                )
+            )
+        if self.task is not None and self.domain not in TASK_DOMAINS:
+            problems.append(
+                (
+                    ("task",),
+                    f"`task:` (the Task Instruction) is read only by the {', '.join(sorted(TASK_DOMAINS))} domains",
+                )
+            )
+        return problems
+
+    def all_perturbations(self) -> list[Perturbation]:
+        """The world's own perturbations, then those its presets expand into."""
+        return [*self.perturbations, *expand_presets(self.presets)]
+
+    def perturbation_problems(self) -> list[tuple[PathKey, str]]:
+        """Checks that need the whole world (tool names, declared errors, slots), each with its YAML location."""
+        problems: list[tuple[PathKey, str]] = []
+        names = [t.name for t in self.tools]
+        added: list[str] = []
+        for i, p in enumerate(self.perturbations):
+            if isinstance(p.fault, CatalogFault):
+                for j, entry in enumerate(p.fault.add):
+                    try:
+                        added.append(ToolSpec.model_validate(entry).name)
+                    except ValidationError as exc:
+                        first = exc.errors()[0]
+                        where = (*("perturbations", i, "fault", "add", j), *clean_loc(tuple(first["loc"])))
+                        problems.append((where, expected(first)))
+        known = names + added
+        for i, p in enumerate(self.perturbations):
+            here: PathKey = ("perturbations", i)
+            matched = [n for n in known if fnmatch.fnmatchcase(n, p.match.tool)]
+            if not matched:
+                problems.append(
+                    (
+                        (*here, "match", "tool"),
+                        f"{p.match.tool!r} matches no tool (tools: {', '.join(known)})",
+                    )
+                )
+            fault = p.fault
+            if isinstance(fault, ErrorFault) and fault.declared is not None:
+                lacking = [n for n in matched if fault.declared not in {e.name for e in self._tool_errors(n)}]
+                if lacking:
+                    problems.append(
+                        (
+                            (*here, "fault", "declared"),
+                            f"tool(s) {', '.join(lacking)} declare no error named {fault.declared!r}",
+                        )
+                    )
+            if isinstance(fault, InjectFault) and fault.text is None:
+                if fault.slot not in self.injections and fault.slot not in BUILTIN_INJECTIONS:
+                    slots = sorted({*self.injections, *BUILTIN_INJECTIONS})
+                    problems.append(
+                        ((*here, "fault", "slot"), f"unknown injection slot (slots: {', '.join(slots)})")
+                    )
+            if isinstance(fault, CatalogFault):
+                for j, name in enumerate(fault.remove):
+                    if name not in known:
+                        problems.append(((*here, "fault", "remove", j), f"no tool named {name!r}"))
+                for name in fault.redescribe:
+                    if name not in known:
+                        problems.append(((*here, "fault", "redescribe", name), f"no tool named {name!r}"))
+                clash = [e.get("name") for e in fault.add if e.get("name") in names]
+                if clash:
+                    problems.append(((*here, "fault", "add"), f"tool(s) {', '.join(clash)} already exist"))
+        for j, preset in enumerate(self.presets):
+            if not any(fnmatch.fnmatchcase(n, preset.tools) for n in names):
+                problems.append((("presets", j, "tools"), f"{preset.tools!r} matches no tool"))
+            slot = getattr(preset, "slot", None)
+            if slot is not None and getattr(preset, "text", None) is None:
+                if slot not in self.injections and slot not in BUILTIN_INJECTIONS:
+                    problems.append((("presets", j, "slot"), "unknown injection slot"))
+        everything = self.all_perturbations()
+        for i, message in check_names_unique(everything):
+            where: PathKey = ("perturbations", i) if i < len(self.perturbations) else ("presets",)
+            problems.append((where, message))
+        return problems
+
+    def _tool_errors(self, name: str) -> list[ToolErrorSpec]:
+        tool = self.tool(name)
+        return tool.errors if tool is not None else []
