@@ -46,16 +46,12 @@ aw_mcp/core/redaction.py (the key and URL credentials become `***`).
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import random
-import re
 import time
-import zlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -63,6 +59,35 @@ import anyio.lowlevel
 import httpx
 
 from aw_mcp.backends.contract import WorldModel
+from aw_mcp.backends.openai_body import (
+    Accumulator,
+    Retryable,
+    StreamError,
+    body_lines,
+    body_pieces,
+    excerpt_of,
+    read_limited,
+    reasoning_of,
+    retry_after_seconds,
+    wire_limit,
+)
+from aw_mcp.backends.openai_dialects import (
+    CONSTRAINT_FIELDS,
+    CONSTRAINT_WORDS,
+    DIALECTS,
+    GENERIC,
+    GRAMMAR,
+    JSON_SCHEMA,
+    SERVER_FALLBACKS,
+    TOOL_FALLBACKS,
+    UNCONSTRAINED,
+    Dialect,
+    at_path,
+    dialect_of,
+    form_field,
+    schema_name,
+    vllm_dialect,
+)
 from aw_mcp.core.model_io import (
     AnswerConstraint,
     AnswerTooLarge,
@@ -78,19 +103,20 @@ from aw_mcp.core.settings import read_settings
 from aw_mcp.prompt.constraint import ANSWER_INDENT
 from aw_mcp.prompt.grammar_text import NotExpressible, framed_grammar
 
-__all__ = ["OpenAIWorldModel", "redact_text", "redact_url"]  # the redactors, as before, from here too
+# The redactors, as before, from here too; the forms of constraint and `schema_name` too (tests and callers name
+# them with the client). Body reading is openai_body.py, the servers' dialects openai_dialects.py.
+__all__ = [
+    "GRAMMAR",
+    "JSON_SCHEMA",
+    "OpenAIWorldModel",
+    "UNCONSTRAINED",
+    "redact_text",
+    "redact_url",
+    "schema_name",
+]
 
 log = logging.getLogger(__name__)
 
-BODY_EXCERPT_CHARS = 500
-# An error body that names one of these blames the constraint (vLLM, SGLang, llama.cpp, TGI and OpenAI wordings).
-_CONSTRAINT_WORDS = re.compile(
-    r"response_format|json_schema|json_object|guided|structured|grammar|ebnf|xgrammar|outlines", re.I
-)
-# The request fields that carry a constraint, in every dialect below.
-_CONSTRAINT_FIELDS = frozenset({"response_format", "structured_outputs", "guided_grammar", "ebnf", "grammar"})
-# How a constraint is sent, best first (Generation.extra["constrained_as"] says which one an answer had).
-GRAMMAR, JSON_SCHEMA, UNCONSTRAINED = "grammar", "json_schema", "none"
 PROBE_TIMEOUT_S = 5.0  # identifying the server: a few small GETs, once
 MAX_CHECKED_BODY = 8000
 PROGRESS_INTERVAL_S = (
@@ -98,16 +124,8 @@ PROGRESS_INTERVAL_S = (
 )
 MAX_RETRY_AFTER_S = 60.0  # a server asking for a longer pause is better reported than waited on
 CONNECT_TIMEOUT_S = 10.0
-READ_PIECE_BYTES = 64 * 1024  # a body is handled in pieces of at most this, with a checkpoint between them
-ENVELOPE_BYTES = 64 * 1024  # a completion's JSON around its text (ids, usage, a short finish)
 ERROR_BODY_BYTES = 64 * 1024  # what is read of an error response (MAX_CHECKED_BODY of it is looked at)
 PROBE_BODY_BYTES = 1024 * 1024  # what is read of a GET /models or /version answer
-
-
-def wire_limit(max_answer_bytes: int) -> int:
-    """The most bytes read of a non-streamed body or of one stream line: the answer JSON-escaped (a server that
-    escapes non-ASCII text writes up to twice its UTF-8 bytes) plus the envelope."""
-    return 2 * max_answer_bytes + ENVELOPE_BYTES
 
 
 class _Rejected(BackendError):
@@ -117,272 +135,6 @@ class _Rejected(BackendError):
         super().__init__(message)
         self.status = status
         self.body = body
-
-
-def schema_name(tool: str) -> str:
-    """A `json_schema.name` servers accept (OpenAI: 1-64 of A-Z a-z 0-9 _ -)."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", tool)[:64] or "observation"
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """How one kind of server takes a constraint."""
-
-    name: str  # for messages
-    grammar_field: tuple[str, ...] = ()  # where the grammar text goes in the request body; () = nowhere
-    json_object: bool = False  # the schema as response_format {"type": "json_object", "schema": ...}
-
-
-GENERIC = Dialect("an OpenAI-compatible server")
-DIALECTS = {
-    "openai": GENERIC,
-    "vllm": Dialect("vLLM", ("structured_outputs", "grammar")),
-    "vllm-guided": Dialect("vLLM before 0.10.2", ("guided_grammar",)),
-    "sglang": Dialect("SGLang", ("ebnf",)),
-    "llama.cpp": Dialect("llama.cpp's llama-server", ("grammar",)),
-    "llama-cpp-python": Dialect("llama-cpp-python's server", ("grammar",), json_object=True),
-}
-# vLLM takes the grammar as `structured_outputs.grammar` from 0.10.2 and as `guided_grammar` before (dropped in 0.12,
-# and then ignored). Before 0.8 none is sent: those versions could hand a grammar to outlines, which reads Lark.
-VLLM_STRUCTURED_OUTPUTS = (0, 10, 2)
-VLLM_XGRAMMAR = (0, 8, 0)
-
-
-def dialect_of(listing: Any, model: str) -> str | None:
-    """The dialect `GET /v1/models` reveals (its entry for `model`, or its only owner), or None: unknown."""
-    data = listing.get("data") if isinstance(listing, dict) else None
-    entries = [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
-    mine = [e for e in entries if e.get("id") == model] or entries
-    owners = {str(e.get("owned_by")) for e in mine}
-    if len(owners) != 1:
-        return None
-    owner = owners.pop()
-    if owner == "me" and all(isinstance(e.get("permissions"), list) for e in mine):
-        return "llama-cpp-python"  # its hard-coded listing: {"owned_by": "me", "permissions": []}
-    return {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}.get(owner)
-
-
-def vllm_dialect(version: Any) -> str:
-    """The vLLM dialect of a `GET /version` answer. An unknown version gets the current field: a vLLM recent
-    enough for the world model's architecture (Qwen3.5) takes it."""
-    text = version.get("version") if isinstance(version, dict) else None
-    found = re.match(r"(\d+)\.(\d+)\.(\d+)", text) if isinstance(text, str) else None
-    if found is None:
-        return "vllm"
-    release = tuple(int(part) for part in found.groups())
-    if release < VLLM_XGRAMMAR:
-        return "openai"
-    return "vllm-guided" if release < VLLM_STRUCTURED_OUTPUTS else "vllm"
-
-
-# What happens once a server refused a form of constraint: for every structured tool, or for one.
-_SERVER_FALLBACKS = {
-    GRAMMAR: "structured tools get their output schema alone instead (the answer loses the trained frame)",
-    JSON_SCHEMA: "falling back to validate-and-retry for every structured tool",
-}
-_TOOL_FALLBACKS = {
-    GRAMMAR: "sending that tool its output schema alone instead (the answer loses the trained frame)",
-    JSON_SCHEMA: "decoding that tool unconstrained, validated afterwards",
-}
-
-
-def _form_field(form: str, dialect: Dialect) -> str:
-    return ".".join(dialect.grammar_field) if form == GRAMMAR else "response_format"
-
-
-def _at_path(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    """`{"a": {"b": value}}` for the path ("a", "b")."""
-    for key in reversed(path):
-        value = {key: value}
-    return value
-
-
-class _Retryable(Exception):
-    """One attempt failed in a way a later attempt may not (overload, server error, dropped connection)."""
-
-    def __init__(self, reason: str, retry_after_s: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after_s = retry_after_s
-
-
-class _StreamError(_Retryable):
-    """The server reported an error inside a stream it had started with HTTP 200."""
-
-    def __init__(self, message: str, code: Any) -> None:
-        super().__init__(f"error in stream: {_excerpt(message)}")
-        self.message = message
-        self.code = code
-
-
-@dataclass
-class _Accumulator:
-    """What the stream has delivered so far (the text in parts, joined once at the end: no quadratic copying)."""
-
-    content_parts: list[str] = field(default_factory=list)
-    reasoning_parts: list[str] = field(default_factory=list)
-    answer_bytes: int = 0  # text and reasoning so far, UTF-8: what max_answer_bytes bounds
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    chunks: int = 0  # content/reasoning chunks: the token count when the server sends no usage
-
-    @property
-    def tokens(self) -> int:
-        return max(self.chunks, self.completion_tokens or 0)
-
-    @property
-    def content(self) -> str:
-        return "".join(self.content_parts)
-
-    @property
-    def reasoning(self) -> str:
-        return "".join(self.reasoning_parts)
-
-    @property
-    def answering(self) -> bool:
-        return bool(self.content_parts)
-
-    def add_text(self, reasoning: str, content: str) -> None:
-        if reasoning:
-            self.reasoning_parts.append(reasoning)
-            self.answer_bytes += len(reasoning.encode("utf-8", "surrogatepass"))
-        if content:
-            self.content_parts.append(content)
-            self.answer_bytes += len(content.encode("utf-8", "surrogatepass"))
-
-    def add_usage(self, usage: Any) -> None:
-        if isinstance(usage, dict):
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if isinstance(prompt, int):
-                self.prompt_tokens = prompt
-            if isinstance(completion, int):
-                self.completion_tokens = completion
-
-
-class _Inflater:
-    """A gzip or deflate body inflated piece by piece, each at most READ_PIECE_BYTES (a small compressed chunk can
-    expand a thousandfold: it is never inflated whole)."""
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        self._raw_fallback = encoding == "deflate"  # "deflate" is zlib-wrapped, but some servers send it raw
-        self._z = zlib.decompressobj(
-            zlib.MAX_WBITS | 16 if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
-        )
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        while True:
-            try:
-                out = self._z.decompress(data, READ_PIECE_BYTES)
-            except zlib.error as error:
-                if self._raw_fallback:
-                    self._raw_fallback = False
-                    self._z = zlib.decompressobj(-zlib.MAX_WBITS)
-                    continue
-                raise _Retryable(f"cannot inflate the {self.encoding} response body: {error}") from None
-            self._raw_fallback = False
-            data = self._z.unconsumed_tail
-            if out:
-                yield out
-            if not data and len(out) < READ_PIECE_BYTES:
-                return
-
-
-async def _pieces(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The body of `response` in pieces of at most READ_PIECE_BYTES, with a checkpoint after each: the call's
-    deadline and a client's cancel interrupt the read there, and other tasks run between pieces."""
-    if (
-        response.is_stream_consumed
-    ):  # already in memory, decoded (a test's transport): still handed out in pieces
-        content = response.content
-        for start in range(0, len(content), READ_PIECE_BYTES):
-            yield content[start : start + READ_PIECE_BYTES]
-            await anyio.lowlevel.checkpoint()
-        return
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    inflater = None
-    if encoding not in ("", "identity"):
-        if encoding not in ("gzip", "x-gzip", "deflate"):
-            raise BackendError(
-                f"the world model server sent its answer with Content-Encoding: {_excerpt(encoding)}, which is "
-                "not read here (requests ask for identity; gzip and deflate are read too)"
-            )
-        inflater = _Inflater(encoding)
-    async for raw in response.aiter_raw():
-        for start in range(0, len(raw), READ_PIECE_BYTES):
-            data = raw[start : start + READ_PIECE_BYTES]
-            for piece in inflater.feed(data) if inflater is not None else (data,):
-                yield piece
-                await anyio.lowlevel.checkpoint()
-
-
-def _decoded_lines(line: bytearray) -> list[str]:
-    """One line as text: a CR before the LF is dropped; a lone CR also ends a line (SSE allows CR, LF, CRLF)."""
-    text = line.decode("utf-8", errors="replace")
-    return text.removesuffix("\r").split("\r")
-
-
-async def _lines(
-    pieces: AsyncIterator[bytes], limit: int, too_long: Callable[[], Exception]
-) -> AsyncIterator[str]:
-    """The lines of a body, each at most `limit` bytes: a longer one raises `too_long()` as soon as it passes the
-    limit, before it is decoded or kept whole."""
-    pending = bytearray()
-    async with aclosing(pieces):
-        async for piece in pieces:
-            start = 0
-            while (end := piece.find(b"\n", start)) >= 0:
-                pending += piece[start:end]
-                if len(pending) > limit:
-                    raise too_long()
-                lines = _decoded_lines(pending)
-                pending.clear()
-                for line in lines:
-                    yield line
-                start = end + 1
-            pending += piece[start:]
-            if len(pending) > limit:
-                raise too_long()
-    if pending:
-        for line in _decoded_lines(pending):
-            yield line
-
-
-async def _read_limited(pieces: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
-    """The body, or its first `limit` bytes and True when it is longer (reading stops there)."""
-    body = bytearray()
-    async with aclosing(pieces):
-        async for piece in pieces:
-            body += piece
-            if len(body) > limit:
-                return bytes(body[:limit]), True
-    return bytes(body), False
-
-
-def _excerpt(text: str) -> str:
-    """A server's words as messages quote them: short, and without the API key (a server may echo its headers)."""
-    text = redact_secrets(text).strip()  # whole, then cut: a key cut in two would no longer be found
-    return text if len(text) <= BODY_EXCERPT_CHARS else text[:BODY_EXCERPT_CHARS] + "…"
-
-
-def _retry_after_seconds(value: str | None) -> float | None:
-    """Parse ``Retry-After``: delta-seconds (also fractional, which test servers use) or an HTTP date."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - time.time()
-    return max(seconds, 0.0)
-
-
-def _reasoning_of(part: dict[str, Any]) -> str:
-    return part.get("reasoning_content") or part.get("reasoning") or ""
 
 
 class OpenAIWorldModel(WorldModel):
@@ -460,7 +212,7 @@ class OpenAIWorldModel(WorldModel):
         return body
 
     def _headers(self, accept: str = "text/event-stream, application/json") -> dict[str, str]:
-        # Uncompressed: a compressed body could expand a thousandfold in one step (_pieces inflates one anyway).
+        # Uncompressed: a compressed body could expand a thousandfold in one step (body_pieces inflates one anyway).
         headers = {"Accept": accept, "Accept-Encoding": "identity"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -549,8 +301,8 @@ class OpenAIWorldModel(WorldModel):
             if response.status_code != 200:
                 return None
             try:
-                raw, cut = await _read_limited(_pieces(response), PROBE_BODY_BYTES)
-            except (BackendError, _Retryable):
+                raw, cut = await read_limited(body_pieces(response), PROBE_BODY_BYTES)
+            except (BackendError, Retryable):
                 return None
         if cut:
             return None
@@ -567,7 +319,7 @@ class OpenAIWorldModel(WorldModel):
         if dialect.grammar_field and self._may_send(GRAMMAR, constraint):
             grammar = self._grammar_text(constraint)
             if grammar is not None:
-                forms.append((GRAMMAR, _at_path(dialect.grammar_field, grammar)))
+                forms.append((GRAMMAR, at_path(dialect.grammar_field, grammar)))
         if self._may_send(JSON_SCHEMA, constraint):
             if dialect.json_object:
                 response_format = {"type": "json_object", "schema": constraint.json_schema}
@@ -608,7 +360,7 @@ class OpenAIWorldModel(WorldModel):
         return grammar.text
 
     def _may_blame_constraint(self, form: str, rejection: _Rejected) -> bool:
-        named = bool(_CONSTRAINT_WORDS.search(rejection.body))
+        named = bool(CONSTRAINT_WORDS.search(rejection.body))
         if rejection.status >= 500:
             return named  # only a server error naming the constraint is a refusal (_raise_for_status)
         if rejection.status not in (400, 422):
@@ -620,7 +372,7 @@ class OpenAIWorldModel(WorldModel):
     ) -> None:
         """A request went through after these refusals: remember each, warn once."""
         for form, rejection in refusals:
-            named = bool(_CONSTRAINT_WORDS.search(rejection.body))
+            named = bool(CONSTRAINT_WORDS.search(rejection.body))
             if self.constraint_support[form] is True and named:
                 if constraint.name not in self._refused_tools[form]:
                     self._refused_tools[form].add(constraint.name)
@@ -628,19 +380,19 @@ class OpenAIWorldModel(WorldModel):
                         "world model server %s refused the constraint of %s as %s (%s); %s",
                         self.url,
                         constraint.name,
-                        _form_field(form, dialect),
-                        _excerpt(rejection.body),
-                        _TOOL_FALLBACKS[form],
+                        form_field(form, dialect),
+                        excerpt_of(rejection.body),
+                        TOOL_FALLBACKS[form],
                     )
             elif self.constraint_support[form] is not False:
                 self.constraint_support[form] = False
                 log.warning(
                     "world model server %s does not accept %s (HTTP %d: %s); %s",
                     self.url,
-                    _form_field(form, dialect),
+                    form_field(form, dialect),
                     rejection.status,
-                    _excerpt(rejection.body),
-                    _SERVER_FALLBACKS[form],
+                    excerpt_of(rejection.body),
+                    SERVER_FALLBACKS[form],
                 )
 
     async def _generate(
@@ -658,7 +410,7 @@ class OpenAIWorldModel(WorldModel):
                     f"world model server {self.url} gave no complete answer within timeout_s={self.timeout_s:g} s "
                     f"({attempt} attempt(s)); last error before: {last_reason}"
                 ) from None
-            except _Retryable as failure:
+            except Retryable as failure:
                 last_reason = redact_text(failure.reason, self._raw_url)
                 if attempt == attempts:
                     break
@@ -693,7 +445,7 @@ class OpenAIWorldModel(WorldModel):
     async def _attempt(
         self, body: dict[str, Any], on_progress: ProgressCallback | None, limit: int
     ) -> Generation:
-        constrained = not _CONSTRAINT_FIELDS.isdisjoint(body)
+        constrained = not CONSTRAINT_FIELDS.isdisjoint(body)
         try:
             async with self._client.stream(
                 "POST", self._raw_url, json=body, headers=self._headers(), timeout=self.timeout
@@ -702,19 +454,21 @@ class OpenAIWorldModel(WorldModel):
                     await self._raise_for_status(response, constrained)
                 content_type = response.headers.get("content-type", "")
                 if "text/event-stream" in content_type:
-                    lines = _lines(_pieces(response), wire_limit(limit), lambda: self._line_too_long(limit))
+                    lines = body_lines(
+                        body_pieces(response), wire_limit(limit), lambda: self._line_too_long(limit)
+                    )
                     async with aclosing(lines):
                         acc = await self._read_stream(lines, on_progress, limit)
                 else:
-                    raw, cut = await _read_limited(_pieces(response), wire_limit(limit))
+                    raw, cut = await read_limited(body_pieces(response), wire_limit(limit))
                     if cut:
                         raise AnswerTooLarge(
                             self._source, limit, f"a response body of more than {wire_limit(limit):,} bytes"
                         )
                     acc = self._read_whole(raw, limit)
-        except _StreamError as error:
+        except StreamError as error:
             # SGLang answers a grammar it cannot compile with HTTP 200 and then an error chunk: a refusal as well.
-            if constrained and _CONSTRAINT_WORDS.search(error.message):
+            if constrained and CONSTRAINT_WORDS.search(error.message):
                 status = error.code if isinstance(error.code, int) and 400 <= error.code < 600 else 400
                 rejected = f"world model server {self.url} rejected the request: {error.reason}"
                 raise _Rejected(rejected, status, error.message[:MAX_CHECKED_BODY]) from None
@@ -724,7 +478,7 @@ class OpenAIWorldModel(WorldModel):
             raise BackendError(f"world model URL {self.url} is not usable: {detail}") from None
         except httpx.TransportError as error:  # connect/read errors, timeouts, dropped connections
             detail = redact_text(str(error) or "no detail", self._raw_url)
-            raise _Retryable(f"{type(error).__name__}: {detail}") from None
+            raise Retryable(f"{type(error).__name__}: {detail}") from None
         if on_progress is not None:
             await on_progress(acc.tokens, "done")
         return Generation(
@@ -748,15 +502,15 @@ class OpenAIWorldModel(WorldModel):
 
     async def _raise_for_status(self, response: httpx.Response, constrained: bool) -> None:
         status = response.status_code
-        head, _ = await _read_limited(_pieces(response), ERROR_BODY_BYTES)
+        head, _ = await read_limited(body_pieces(response), ERROR_BODY_BYTES)
         text = redact_secrets(head.decode("utf-8", errors="replace"))
-        excerpt = _excerpt(text)
+        excerpt = excerpt_of(text)
         reason = f"HTTP {status}: {excerpt or '(empty body)'}"
         # A server error that names the constraint is the server failing on it every time (llama-cpp-python answers
         # a response_format it cannot parse with HTTP 500): a refusal, like a 400.
-        blames_constraint = constrained and bool(_CONSTRAINT_WORDS.search(text[:MAX_CHECKED_BODY]))
+        blames_constraint = constrained and bool(CONSTRAINT_WORDS.search(text[:MAX_CHECKED_BODY]))
         if status == 429 or (status >= 500 and not blames_constraint):
-            raise _Retryable(reason, _retry_after_seconds(response.headers.get("retry-after")))
+            raise Retryable(reason, retry_after_seconds(response.headers.get("retry-after")))
         # Other 4xx (bad request, auth, unknown model) will fail the same way every time.
         raise _Rejected(
             f"world model server {self.url} rejected the request: {reason}", status, text[:MAX_CHECKED_BODY]
@@ -764,8 +518,8 @@ class OpenAIWorldModel(WorldModel):
 
     async def _read_stream(
         self, lines: AsyncIterator[str], on_progress: ProgressCallback | None, limit: int
-    ) -> _Accumulator:
-        acc = _Accumulator()
+    ) -> Accumulator:
+        acc = Accumulator()
         last_report = time.monotonic()
         done = False
         async for line in lines:
@@ -778,7 +532,7 @@ class OpenAIWorldModel(WorldModel):
             try:
                 chunk = json.loads(data)
             except json.JSONDecodeError as error:
-                raise _Retryable(f"malformed stream chunk {_excerpt(data)!r}: {error}") from error
+                raise Retryable(f"malformed stream chunk {excerpt_of(data)!r}: {error}") from error
             self._apply_chunk(chunk, acc)
             if acc.answer_bytes > limit:
                 raise AnswerTooLarge(
@@ -790,32 +544,34 @@ class OpenAIWorldModel(WorldModel):
                 last_report = time.monotonic()
                 await on_progress(acc.tokens, "answering" if acc.answering else "thinking")
         if not done and acc.finish_reason is None:
-            raise _Retryable(f"stream ended after {acc.chunks} chunk(s) without finishing")
+            raise Retryable(f"stream ended after {acc.chunks} chunk(s) without finishing")
         return acc
 
-    def _apply_chunk(self, chunk: Any, acc: _Accumulator) -> None:
+    def _apply_chunk(self, chunk: Any, acc: Accumulator) -> None:
         if not isinstance(chunk, dict):
-            raise _Retryable(f"unexpected stream chunk {_excerpt(json.dumps(chunk))}")
+            raise Retryable(f"unexpected stream chunk {excerpt_of(json.dumps(chunk))}")
         if "error" in chunk:  # vLLM and SGLang report failures after the 200 header as an error chunk
             error = chunk["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
-            raise _StreamError(str(message), error.get("code") if isinstance(error, dict) else None)
+            raise StreamError(str(message), error.get("code") if isinstance(error, dict) else None)
         acc.add_usage(chunk.get("usage"))
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
-            raise _Retryable(f"malformed stream chunk (choices is not a list): {_excerpt(json.dumps(chunk))}")
+            raise Retryable(
+                f"malformed stream chunk (choices is not a list): {excerpt_of(json.dumps(chunk))}"
+            )
         for choice in choices:
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if not isinstance(choice, dict) or not isinstance(delta or {}, dict):
-                raise _Retryable(f"malformed stream chunk: {_excerpt(json.dumps(chunk))}")
+                raise Retryable(f"malformed stream chunk: {excerpt_of(json.dumps(chunk))}")
             if choice.get("index", 0) != 0:
                 continue
             delta = delta or {}
-            reasoning = _reasoning_of(delta)
+            reasoning = reasoning_of(delta)
             content = delta.get("content") or ""
             if not isinstance(reasoning, str) or not isinstance(content, str):
-                raise _Retryable(
-                    f"malformed stream chunk (text is not a string): {_excerpt(json.dumps(chunk))}"
+                raise Retryable(
+                    f"malformed stream chunk (text is not a string): {excerpt_of(json.dumps(chunk))}"
                 )
             if reasoning or content:
                 acc.chunks += 1
@@ -823,23 +579,23 @@ class OpenAIWorldModel(WorldModel):
             if choice.get("finish_reason"):
                 acc.finish_reason = choice["finish_reason"]
 
-    def _read_whole(self, raw: bytes, limit: int) -> _Accumulator:
+    def _read_whole(self, raw: bytes, limit: int) -> Accumulator:
         text = raw.decode("utf-8", errors="replace")
         try:
             completion = json.loads(text)
         except json.JSONDecodeError as error:
-            raise _Retryable(f"response is not JSON: {_excerpt(text)!r}") from error
+            raise Retryable(f"response is not JSON: {excerpt_of(text)!r}") from error
         choices = completion.get("choices") if isinstance(completion, dict) else None
         if not choices:
-            raise _Retryable(f"response has no choices: {_excerpt(text)!r}")
+            raise Retryable(f"response has no choices: {excerpt_of(text)!r}")
         first = choices[0] if isinstance(choices, list) else None
         message = first.get("message") if isinstance(first, dict) else None
         if not isinstance(message, dict) or not all(
             isinstance(message.get(k) or "", str) for k in ("content", "reasoning_content", "reasoning")
         ):
-            raise _Retryable(f"malformed response (no choices[0].message with text): {_excerpt(text)!r}")
-        acc = _Accumulator(finish_reason=choices[0].get("finish_reason"))
-        acc.add_text(_reasoning_of(message), message.get("content") or "")
+            raise Retryable(f"malformed response (no choices[0].message with text): {excerpt_of(text)!r}")
+        acc = Accumulator(finish_reason=choices[0].get("finish_reason"))
+        acc.add_text(reasoning_of(message), message.get("content") or "")
         if acc.answer_bytes > limit:
             raise AnswerTooLarge(self._source, limit, f"an answer of {acc.answer_bytes:,} bytes")
         acc.add_usage(completion.get("usage"))  # type: ignore[union-attr]

@@ -14,7 +14,8 @@ import anyio
 import httpx
 import pytest
 
-from aw_mcp.backends.openai import READ_PIECE_BYTES, OpenAIWorldModel, _Inflater, wire_limit
+from aw_mcp.backends.openai import OpenAIWorldModel
+from aw_mcp.backends.openai_body import READ_PIECE_BYTES, Inflater, wire_limit
 from aw_mcp.core.model_io import (
     DEFAULT_MAX_ANSWER_BYTES,
     AnswerTooLarge,
@@ -166,7 +167,7 @@ async def test_a_gzip_bomb_is_inflated_piece_by_piece_and_stopped_at_the_cap() -
     completion = {"choices": [{"index": 0, "message": {"content": "x" * FIFTY_MB}, "finish_reason": "stop"}]}
     bomb = gzip.compress(json.dumps(completion).encode(), compresslevel=9)
     assert len(bomb) < 1_000_000
-    pieces = [len(p) for p in _Inflater("gzip").feed(bomb[:65536])]
+    pieces = [len(p) for p in Inflater("gzip").feed(bomb[:65536])]
     assert pieces and max(pieces) <= READ_PIECE_BYTES
 
     def handler(request: httpx.Request) -> httpx.Response:
