@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
 
 from aw_mcp.commands import (
     bench,
@@ -28,17 +28,11 @@ from aw_mcp.commands import (
     worlds,
 )
 from aw_mcp.core.errors import UserError
+from aw_mcp.core.flags import Parser
 from aw_mcp.core.model_io import BackendError
 from aw_mcp.core.version import __version__
 
 COMMANDS = (serve, demo, validate, call, worlds, engine, import_world, shell, report, judge, bench)
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (`aw-mcp serve: error: ...; see aw-mcp serve --help`), not the usage."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +64,26 @@ def exit_code(exc: BaseException) -> int:
     return exc.exit_code if isinstance(exc, UserError) else 1
 
 
+# 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away (`aw-mcp worlds | head -1`).
+BROKEN_PIPE_EXIT = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """A closed stdout (the reader of a pipe went away) ends the command quietly with exit 141, as Unix tools do;
+    whatever was still to be printed goes nowhere, not into a traceback."""
+    try:
+        code = run(argv)
+        sys.stdout.flush()  # inside the try: a pipe closed under buffered output fails here, not at exit
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit, which would fail again: point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE_EXIT
+
+
+def run(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["engine"]:  # the engine has its own parser; pass everything through untouched
         args = argparse.Namespace(command="engine", verbose=False, engine_args=argv[1:], func=engine.run)
@@ -86,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # main() ends quietly
     except Exception as exc:
         message = user_error_message(exc)
         if message is None:

@@ -76,27 +76,38 @@ class LocalWorldModel(WorldModel):
         self.dtype = dtype
         self.max_model_len = max_model_len
         self._llm = None
+        self._load_error: BackendError | None = None
         self._load_lock = threading.Lock()
+        from engine.tiny_model import TINY_NOTICE, is_tiny_model
+
+        # `--model tiny`: every answer says it is random text (the simulator puts a backend's notice on each call)
+        self.notice = TINY_NOTICE if is_tiny_model(model) else None
         self._refused: set[str] = (
             set()
         )  # tools whose answer grammar the engine could not compile (warned once)
 
     def _load(self):
+        """The engine, loaded on first use. A failure is kept: every later call reports the same cause at once
+        (the checkpoint, the device, the memory do not change by asking again) instead of loading again."""
         with self._load_lock:
+            if self._load_error is not None:
+                raise self._load_error
             if self._llm is None:
                 from engine import LLM
-                from engine.loader import CheckpointError
 
                 try:
                     self._llm = LLM(
                         self.model, device=self.device, dtype=self.dtype, max_model_len=self.max_model_len
                     )
-                except (CheckpointError, FileNotFoundError, ValueError, MemoryError, OSError) as exc:
-                    raise BackendError(
-                        f"cannot load the local model {self.model!r}: {exc} Other ways to run: point at a "
-                        "vLLM/SGLang server with --base-url http://HOST:PORT/v1, or answer from a recording with "
-                        "--backend replay --replay TRAJECTORY.jsonl."
-                    ) from exc
+                except Exception as exc:  # noqa: BLE001 -- any failure to load is the model's cause for every call
+                    cause = str(exc) or type(exc).__name__
+                    self._load_error = BackendError(
+                        f"cannot load the local model {self.model!r}: {cause.rstrip('.')}. Other ways to run: "
+                        "point at a vLLM/SGLang server with --base-url http://HOST:PORT/v1, or answer from a "
+                        "recording with --backend replay --replay TRAJECTORY.jsonl."
+                    )
+                    self._load_error.__cause__ = exc
+                    raise self._load_error from exc
             return self._llm
 
     async def preload(self) -> bool:

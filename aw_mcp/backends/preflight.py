@@ -190,7 +190,12 @@ def check_local(model: str, device: str | None, cuda: Any = None, max_model_len:
     """`cuda`: torch.cuda or a stand-in with `is_available()`, `mem_get_info(index)`, `get_device_name(index)`."""
     require_engine("--backend local")
     from engine.gguf.hub import is_gguf_source
+    from engine.tiny_model import is_tiny_model
 
+    if cuda is None:  # a stand-in `cuda` (tests) describes the GPUs itself
+        check_device(device)
+    if is_tiny_model(model):
+        return  # built on first use, a few MiB: runs anywhere
     if is_gguf_source(model):
         check_gguf(model, device, cuda, max_model_len)
         return
@@ -221,6 +226,19 @@ def check_local(model: str, device: str | None, cuda: Any = None, max_model_len:
         name = cuda.get_device_name(index)
         have = f"GPU {index} ({name}) has {gib(total)}" + (f", {gib(free)} free" if free < total else "")
         raise PreflightError(f"{requirement(model, weights)}; {have}. {local_ways_out(model)}")
+
+
+def check_device(device: str | None) -> None:
+    """A device asked for that this machine lacks (`--device cuda` on a torch without CUDA) is one line now, as the
+    engine says it (engine/options.py), not a failure of every call once the server runs."""
+    if device is None:
+        return
+    from engine.options import DeviceError, EngineOptions
+
+    try:
+        EngineOptions(device=device).torch_device()
+    except DeviceError as exc:
+        raise PreflightError(str(exc)) from None
 
 
 def check_gguf(model: str, device: str | None, cuda: Any, max_model_len: int | None) -> None:

@@ -9,6 +9,7 @@ from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.engine_extra import require_engine
 from aw_mcp.core.errors import UserError
 from aw_mcp.core.settings import BACKENDS, AwSettings, read_settings
+from aw_mcp.core.strict_model import http_url
 from aw_mcp.spec.world import ModelSettings, WorldSpec
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,12 @@ def resolve_backend(
 ) -> BackendChoice:
     """Each field: the argument (the command line) > `env` (AW_*, read now when not given) > the world's `settings`."""
     env = read_settings() if env is None else env
+    try:
+        http_url(
+            base_url
+        )  # the check AW_BASE_URL and a world's model.base_url get: the same words whichever way
+    except ValueError as exc:
+        raise BackendConfigError(f"--base-url {base_url!r}: {exc}") from None
     from_world = not (base_url or env.base_url) and settings.base_url is not None
     base_url = base_url or env.base_url or settings.base_url
     chosen = backend or env.backend or settings.backend or ("openai" if base_url else "local")

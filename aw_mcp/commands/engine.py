@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aw_mcp.backends.engine_extra import require_engine
+from aw_mcp.core.flags import Parser
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,4 +22,5 @@ def run(args: argparse.Namespace) -> int:
     require_engine("`aw-mcp engine`")
     from engine.cli import main as engine_main
 
-    return int(engine_main(list(args.engine_args)) or 0)
+    # aw-mcp's parser class: one-line errors and "did you mean" for a misspelt flag, as every aw-mcp command
+    return int(engine_main(list(args.engine_args), parser_class=Parser) or 0)

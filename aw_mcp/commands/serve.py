@@ -15,6 +15,7 @@ from types import FrameType
 import anyio
 
 from aw_mcp.backends.preflight import preflight
+from aw_mcp.core.flags import port_number
 from aw_mcp.core.private_files import write_private_text
 from aw_mcp.core.settings import read_settings
 from aw_mcp.eval.scorecard import score
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "HTTP at http://HOST:PORT/mcp for clients that connect to a URL",
     )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    parser.add_argument("--port", type=port_number, default=8765, help="HTTP port, 1-65535 (default 8765)")
     parser.add_argument(
         "--no-preflight",
         dest="preflight",

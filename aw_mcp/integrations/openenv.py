@@ -55,6 +55,7 @@ from anyio.from_thread import BlockingPortal
 from mcp import MCPError
 
 from aw_mcp.core.errors import UserError
+from aw_mcp.core.flags import port_number
 from aw_mcp.core.version import __version__
 from aw_mcp.env import Env
 from aw_mcp.sim.world_setup import WorldOptions
@@ -509,7 +510,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", help="the model name or checkpoint")
     parser.add_argument("--seed", type=int, help="override the world's seed")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=port_number, default=8000)
     parser.add_argument("--max-concurrent-envs", type=int, default=DEFAULT_MAX_CONCURRENT_ENVS)
     args = parser.parse_args(argv)
     import uvicorn

@@ -393,6 +393,8 @@ async def backend_lifetime(app: WorldApp) -> AsyncIterator[None]:
                 print(f"aw-mcp: {backend.name} model loaded", file=sys.stderr, flush=True)
         except BackendError as exc:  # calls will report it too; say it now, where the operator looks
             print(f"aw-mcp: {exc}", file=sys.stderr, flush=True)
+        except Exception:  # a backend bug: said once here; it must not cancel the server (calls would hang)
+            log.exception("the %s model failed to load", backend.name)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(preload)

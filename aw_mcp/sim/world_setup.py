@@ -16,6 +16,7 @@ from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resol
 from aw_mcp.core.errors import UsageError
 from aw_mcp.core.settings import AwSettings, read_settings
 from aw_mcp.load.world import load_world
+from aw_mcp.prompt.fit import prompt_size_problems
 from aw_mcp.prompt.templates import PromptDir, prompt_dir
 from aw_mcp.sim.registry import ForkPointError, SessionRegistry
 from aw_mcp.sim.simulator import Simulator, params_from_settings
@@ -49,7 +50,11 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (AW_BASE_URL)"
     )
-    group.add_argument("--model", help="model name (openai) or path / hub id (local) (AW_MODEL)")
+    group.add_argument(
+        "--model",
+        help="model name (openai) or path / hub id / GGUF (local) (AW_MODEL); local `tiny`: a tiny random model "
+        "built without weights, to try the engine (its answers are random text)",
+    )
     group.add_argument("--replay", metavar="TRAJECTORY", help="recorded trajectory answering calls (replay)")
     group.add_argument("--device", help="local engine device, e.g. cuda, cpu")
     group.add_argument("--dtype", help="local engine dtype, e.g. bfloat16, float32")
@@ -57,7 +62,8 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
         "--max-model-len",
         type=int,
         metavar="TOKENS",
-        help="local engine context (prompt + answer); default: the engine's (32768 on a GPU, 8192 on a CPU)",
+        help="local engine context (prompt + answer); default: the engine's, 32768 tokens (or the checkpoint's own "
+        "limit when smaller), on a GPU and a CPU alike; a world that does not fit the one given is refused at start",
     )
     group.add_argument("--seed", type=int, help="override the world's seed")
     group.add_argument("--temperature", type=float, help="override the world's sampling temperature")
@@ -221,6 +227,29 @@ def apply_overrides(world: WorldSpec, args: argparse.Namespace) -> WorldSpec:
     return world
 
 
+def fitted_to_context(world: WorldSpec, context: int) -> WorldSpec:
+    """The world with `--max-model-len` as its context (what compaction keeps prompts inside), or a UsageError
+    with the context it needs when its own text leaves no room for a call there (every call would fail)."""
+
+    def at(tokens: int) -> WorldSpec:
+        return world.model_copy(update={"model": world.model.model_copy(update={"context_tokens": tokens})})
+
+    if not prompt_size_problems(at(context)):
+        return at(context)
+    low, high = context, context * 2
+    while prompt_size_problems(at(high)):
+        low, high = high, high * 2
+    while high - low > 256:  # the smallest context that fits, to a round figure
+        middle = (low + high) // 2
+        low, high = (low, middle) if not prompt_size_problems(at(middle)) else (middle, high)
+    needed = -(-high // 1024) * 1024
+    raise UsageError(
+        f"--max-model-len {context} is too small for world {world.name!r}: its own text (system prompt, tools, "
+        f"facts, state) and room for an answer need about {needed:,} tokens of context, so every call would be "
+        f"refused. Pass --max-model-len {needed} or more"
+    )
+
+
 def setup_world(
     args: WorldOptions | argparse.Namespace,
     open_model: Callable[[BackendChoice, WorldSpec], WorldModel] | None = None,
@@ -246,13 +275,20 @@ def setup_world(
         dtype=args.dtype,
         max_model_len=getattr(args, "max_model_len", None),
     )
-    record_path = args.record or args.resume
-    writer = TrajectoryWriter(record_path) if record_path else None
-    registry = SessionRegistry(world, writer)
+    if choice.backend == "local" and choice.max_model_len is not None:
+        world = fitted_to_context(world, choice.max_model_len)
     at = getattr(args, "at", None)
     if at is not None and not args.resume:
         raise UsageError("--at K needs --resume TRAJECTORY: the recorded session to continue from")
-    if args.resume and Path(args.resume).exists():
+    if args.resume and not Path(args.resume).is_file():  # checked before the writer creates the file
+        raise UsageError(
+            f"--resume {args.resume}: no such trajectory (--resume continues a recorded one). To start a new "
+            f"recording there, pass --record {args.resume} instead"
+        )
+    record_path = args.record or args.resume
+    writer = TrajectoryWriter(record_path) if record_path else None
+    registry = SessionRegistry(world, writer)
+    if args.resume:
         try:
             registry.resume(args.resume, at=at)
         except ForkPointError as exc:

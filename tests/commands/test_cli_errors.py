@@ -69,7 +69,10 @@ def test_port_in_use_is_one_line_before_any_serving_line() -> None:
             ["serve", "--world", "mcp_crm", "--transport", "carrier-pigeon"],
             "invalid choice: 'carrier-pigeon'",
         ),
-        (["serve", "--world", "mcp_crm", "--port", "eighty"], "invalid int value: 'eighty'"),
+        (
+            ["serve", "--world", "mcp_crm", "--port", "eighty"],
+            "expected a port number (1-65535), got 'eighty'",
+        ),
         (["serve"], "the following arguments are required: --world"),
         (["serve", "--world", "mcp_crm", "--backend", "demo", "--preset", "flaky:probability=7"], "--preset"),
         (
