@@ -81,7 +81,7 @@ def structured_worlds() -> list[WorldSpec]:
             Path(tmp) / "orders.json",
             ROOT / "docs/examples/tasks-openapi.yaml",
         ):
-            worlds.append(WorldSpec.model_validate(import_openapi(source, ImportLog())))
+            worlds.append(WorldSpec.model_validate(import_openapi(source, ImportLog())[0]))
     return worlds
 
 

@@ -16,7 +16,7 @@ import anyio
 from aw_mcp.core.errors import UsageError
 from aw_mcp.importers.import_log import ImportLog
 from aw_mcp.importers.mcp_catalog import fetch_catalog, load_samples, read_tools_list, world_from_catalog
-from aw_mcp.importers.openapi import import_openapi
+from aw_mcp.importers.openapi import OperationFilter, import_openapi
 from aw_mcp.importers.world_file import check_writable, finish_world
 
 
@@ -26,6 +26,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     openapi = kinds.add_parser("openapi", help="one tool per operation of an OpenAPI 3.0/3.1 document")
     openapi.add_argument("spec", metavar="SPEC", help="OpenAPI document (YAML or JSON file)")
+    only = openapi.add_argument_group(
+        "which operations", "each filter repeatable (any of its values); several filters: all must hold"
+    )
+    only.add_argument("--tag", action="append", default=[], metavar="TAG", help="operations with this tag")
+    only.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="operations whose path matches, e.g. '/repos/*'",
+    )
+    only.add_argument(
+        "--operation", action="append", default=[], metavar="ID", help="the operation with this operationId"
+    )
+    only.add_argument("--max-tools", type=int, metavar="N", help="at most N operations (in document order)")
     _output_flags(openapi)
     openapi.set_defaults(func=run_openapi)
 
@@ -68,10 +83,10 @@ def _header(source: str) -> str:
     )
 
 
-def _finish(args: argparse.Namespace, world: dict, source: str, log: ImportLog) -> int:
+def _finish(args: argparse.Namespace, world: dict, source: str, log: ImportLog, subset: str = "") -> int:
     if args.name:
         world["name"] = args.name
-    text = finish_world(world, args.output, _header(source))
+    text = finish_world(world, args.output, _header(source), log, subset)
     if args.output is None:
         sys.stdout.write(text)
     else:
@@ -84,9 +99,12 @@ def _finish(args: argparse.Namespace, world: dict, source: str, log: ImportLog) 
 
 def run_openapi(args: argparse.Namespace) -> int:
     check_writable(args.output, args.force)
+    if args.max_tools is not None and args.max_tools < 1:
+        raise UsageError("--max-tools must be at least 1")
     log = ImportLog.to_stderr()
-    world = import_openapi(args.spec, log)
-    return _finish(args, world, Path(args.spec).name, log)
+    only = OperationFilter(tuple(args.tag), tuple(args.path), tuple(args.operation), args.max_tools)
+    world, subset = import_openapi(args.spec, log, only)
+    return _finish(args, world, Path(args.spec).name, log, subset)
 
 
 def run_mcp(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ its `outputSchema` is the success response's JSON schema (a non-object root wrap
 from __future__ import annotations
 
 import copy
+import fnmatch
+import json
 import re
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -25,6 +27,7 @@ from aw_mcp.importers.world_file import (
     tool_name,
     unique_name,
 )
+from aw_mcp.spec.shared_defs import used_names
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 PARAMETER_PLACES = ("path", "query", "header")
@@ -39,7 +42,13 @@ def read_document(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ImportFailure(f"cannot read {path}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        # JSON first: a 13 MB JSON document (GitHub's) takes seconds as JSON and minutes as YAML.
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    try:
+        if data is None:
+            data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -77,6 +86,30 @@ def slug(text: str, fallback: str) -> str:
     return "_".join(words)[:60] or fallback
 
 
+@dataclass(frozen=True)
+class OperationFilter:
+    """Which operations to import (`--tag`, `--path GLOB`, `--operation ID`, `--max-tools`): an operation is kept
+    when it has one of the tags, its path matches one of the globs and its operationId is one of the ids (each
+    test only when given); then at most `max_tools` of them, in document order."""
+
+    tags: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    operations: tuple[str, ...] = ()
+    max_tools: int | None = None
+
+    def keeps(self, route: str, operation: dict[str, Any]) -> bool:
+        tags = [str(t) for t in operation.get("tags") or []]
+        if self.tags and not set(tags) & set(self.tags):
+            return False
+        if self.paths and not any(fnmatch.fnmatchcase(route, glob) for glob in self.paths):
+            return False
+        return not self.operations or str(operation.get("operationId")) in self.operations
+
+    @property
+    def active(self) -> bool:
+        return bool(self.tags or self.paths or self.operations or self.max_tools is not None)
+
+
 @dataclass
 class ToolDraft:
     """One operation on its way to a tool, with the request examples that `_pair_examples` combines."""
@@ -90,22 +123,44 @@ class ToolDraft:
 
 
 class OpenAPIImporter:
-    def __init__(self, data: dict[str, Any], log: ImportLog):
+    def __init__(self, data: dict[str, Any], log: ImportLog, only: OperationFilter | None = None):
         self.document = OpenAPIDocument(data, log)
         self.data = data
         self.log = log
+        self.only = only or OperationFilter()
         self.names: set[str] = set()
 
     # --- the world ------------------------------------------------------------------------------------------
 
+    def subset_hint(self) -> str:
+        """How to import fewer operations, with this document's largest tags as examples."""
+        counts: dict[str, int] = {}
+        for item in (self.data.get("paths") or {}).values():
+            for method in METHODS:
+                operation = item.get(method) if isinstance(item, dict) else None
+                for tag in operation.get("tags") or [] if isinstance(operation, dict) else []:
+                    counts[str(tag)] = counts.get(str(tag), 0) + 1
+        largest = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+        tags = ", ".join(f"--tag {tag} ({n} operations)" for tag, n in largest)
+        example = f" (this document's largest: {tags})" if tags else ""
+        return (
+            f"Import a part of the API: --tag TAG{example}, --path GLOB (e.g. '/repos/*'), --operation ID, "
+            "each repeatable, or --max-tools N"
+        )
+
     def world(self) -> dict[str, Any]:
         drafts = self._operations()
+        defs = self.document.definitions
         tools = []
         for draft in drafts:
-            fitted = fit_tool(draft.tool, self.log, draft.pointer)
+            fitted = fit_tool(draft.tool, self.log, draft.pointer, defs)
             if fitted is not None:
                 tools.append((draft, fitted))
         if not tools:
+            if self.only.active:
+                raise ImportFailure(
+                    "no operation of the document passes the filters (--tag, --path, --operation)"
+                )
             raise ImportFailure("the document has no operation that could become a tool (see the warnings)")
         for key in ("webhooks", "x-webhooks"):
             if self.data.get(key):
@@ -118,7 +173,17 @@ class OpenAPIImporter:
             "domain": "mcp",
             "facts": self._facts([(d, t["name"]) for d, t in tools]),
             "tools": [tool for _, tool in tools],
+            "$defs": self._used_defs([tool for _, tool in tools]),
         }
+
+    def _used_defs(self, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The component schemas the kept tools use, each once, in first-use order."""
+        defs = self.document.definitions
+        names: dict[str, None] = {}
+        for tool in tools:
+            for key in ("inputSchema", "outputSchema"):
+                names.update(dict.fromkeys(used_names(tool.get(key), defs)))
+        return {name: defs[name] for name in names}
 
     def _description(self, info: dict[str, Any], title: str) -> str:
         version = f" (version {info['version']})" if info.get("version") else ""
@@ -173,7 +238,8 @@ class OpenAPIImporter:
         paths = self.data.get("paths")
         if not isinstance(paths, dict) or not paths:
             raise ImportFailure("the document has no `paths:` (nothing to turn into tools)")
-        drafts = []
+        drafts: list[ToolDraft] = []
+        skipped = 0
         for route, item in paths.items():
             item_pointer = json_pointer("paths", route)
             item, item_pointer = self.document.deref(item, item_pointer)
@@ -182,7 +248,10 @@ class OpenAPIImporter:
             shared = item.get("parameters") or []
             for method in METHODS:
                 operation = item.get(method)
-                if not isinstance(operation, dict):
+                if not isinstance(operation, dict) or not self.only.keeps(str(route), operation):
+                    continue
+                if self.only.max_tools is not None and len(drafts) >= self.only.max_tools:
+                    skipped += 1
                     continue
                 pointer = child_pointer(item_pointer, method)
                 try:
@@ -194,6 +263,11 @@ class OpenAPIImporter:
                     self.log.warn(
                         pointer, f"operation skipped, it is malformed ({type(exc).__name__}: {exc})"
                     )
+        if skipped:
+            self.log.warn(
+                json_pointer("paths"),
+                f"--max-tools {self.only.max_tools}: {skipped} more operation(s) left out",
+            )
         return drafts
 
     def _operation(
@@ -504,6 +578,10 @@ def annotations_for(method: str) -> dict[str, bool]:
     return hints
 
 
-def import_openapi(path: str | Path, log: ImportLog) -> dict[str, Any]:
-    """The world (a plain dict, ready for `finish_world`) described by the OpenAPI document at `path`."""
-    return OpenAPIImporter(read_document(path), log).world()
+def import_openapi(
+    path: str | Path, log: ImportLog, only: OperationFilter | None = None
+) -> tuple[dict[str, Any], str]:
+    """The world (a plain dict, ready for `finish_world`) described by the OpenAPI document at `path`, limited to
+    the operations `only` keeps, and how to import fewer of them (`finish_world`'s `subset`)."""
+    importer = OpenAPIImporter(read_document(path), log, only)
+    return importer.world(), importer.subset_hint()

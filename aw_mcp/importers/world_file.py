@@ -18,11 +18,14 @@ from pydantic import ValidationError
 from aw_mcp.core.errors import UserError
 from aw_mcp.importers.import_log import ImportLog
 from aw_mcp.load.world import load_world_text
+from aw_mcp.prompt.fit import prompt_size_problems
 from aw_mcp.spec.issues import WorldSpecError
 from aw_mcp.spec.schema_check import dangling_ref
+from aw_mcp.spec.shared_defs import with_defs
+from aw_mcp.spec.source import MAX_EXPANDED_NODES
 from aw_mcp.spec.world import ToolSpec
 
-WORLD_KEY_ORDER = ("name", "description", "domain", "seed", "now", "facts", "state", "tools")
+WORLD_KEY_ORDER = ("name", "description", "domain", "seed", "now", "facts", "state", "tools", "$defs")
 TOOL_KEY_ORDER = (
     "name",
     "title",
@@ -90,7 +93,10 @@ def ordered_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _spec_problem(tool: dict[str, Any]) -> str | None:
+def _spec_problem(tool: dict[str, Any], defs: dict[str, Any] | None = None) -> str | None:
+    """Why the world spec rejects `tool` (its schemas given the shared `defs` they use), or None."""
+    if defs:
+        tool = {**tool, **{k: with_defs(tool[k], defs) for k in ("inputSchema", "outputSchema") if k in tool}}
     for key in ("inputSchema", "outputSchema"):
         bad = dangling_ref(tool.get(key))
         if bad is not None:
@@ -106,7 +112,9 @@ def _spec_problem(tool: dict[str, Any]) -> str | None:
     return None
 
 
-def fit_tool(tool: dict[str, Any], log: ImportLog, pointer: str) -> dict[str, Any] | None:
+def fit_tool(
+    tool: dict[str, Any], log: ImportLog, pointer: str, defs: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """The tool in a shape the world spec accepts, or None (with a warning) when even a bare version fails.
 
     Examples are checked one by one (a bad one is skipped, the others kept). A tool rejected without them
@@ -114,25 +122,29 @@ def fit_tool(tool: dict[str, Any], log: ImportLog, pointer: str) -> dict[str, An
     warning naming why."""
     tool = ordered_tool(tool)
     examples = tool.pop("examples", [])
-    problem = _spec_problem(tool)
+    problem = _spec_problem(tool, defs)
     free_form = {"type": "object"}
-    if problem and "outputSchema" in tool and _spec_problem({**tool, "inputSchema": free_form}) is not None:
+    if (
+        problem
+        and "outputSchema" in tool
+        and _spec_problem({**tool, "inputSchema": free_form}, defs) is not None
+    ):
         log.warn(pointer, f"output schema dropped, the world spec rejects it ({problem})")
         tool.pop("outputSchema")
         tool.pop("outputWrapper", None)
-        problem = _spec_problem(tool)
+        problem = _spec_problem(tool, defs)
     if problem and "inputSchema" in tool:
         log.warn(
             pointer, f"input schema replaced by a free-form object, the world spec rejects it ({problem})"
         )
         tool["inputSchema"] = free_form
-        problem = _spec_problem(tool)
+        problem = _spec_problem(tool, defs)
     if problem:
         log.warn(pointer, f"tool {tool.get('name')!r} skipped: {problem}")
         return None
     kept = []
     for i, example in enumerate(examples):
-        bad = _spec_problem({**tool, "examples": [example]})
+        bad = _spec_problem({**tool, "examples": [example]}, defs)
         if bad:
             log.warn(pointer, f"example {i + 1} skipped: {bad.removeprefix('examples[0].')}")
         else:
@@ -203,17 +215,43 @@ def world_yaml(world: dict[str, Any], header: str = "") -> str:
     return comment + body
 
 
-def finish_world(world: dict[str, Any], out: str | Path | None, header: str) -> str:
+def yaml_nodes(value: Any) -> int:
+    """The nodes a world's YAML has (a mapping, each key and value, each item), as the loader counts them."""
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def finish_world(
+    world: dict[str, Any], out: str | Path | None, header: str, log: ImportLog, subset: str = ""
+) -> str:
     """Validate exactly the text that will be written, then write it (or return it for stdout when `out` is
-    None). A failure here is an importer bug; it is reported with the validator's file:line messages."""
+    None). A world too large for the default context is written with a warning (`subset`: how to import fewer
+    tools); one too large for a world file at all is refused, naming the same way out; any other failure is an
+    importer bug, reported with the validator's file:line messages."""
+    nodes = yaml_nodes(world)
+    if nodes > MAX_EXPANDED_NODES:
+        raise ImportFailure(
+            f"the world would have {nodes:,} YAML nodes ({len(world.get('tools', []))} tools), more than a world "
+            f"file may hold ({MAX_EXPANDED_NODES:,}). {subset or 'Import fewer tools.'}"
+        )
     text = world_yaml(world, header)
     label = str(out) if out is not None else "<import>"
     try:
-        load_world_text(text, label)
+        spec = load_world_text(text, label, size_check=False)
     except WorldSpecError as exc:
         raise ImportFailure(
             f"the imported world does not validate (an importer bug, please report it):\n{exc}"
         ) from None
+    for _, problem in prompt_size_problems(spec):
+        log.warn(label, f"{problem}{'. ' + subset if subset else ''}")
     if out is not None:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,10 +21,11 @@ from aw_mcp.spec.world import WorldSpec
 log = logging.getLogger(__name__)
 
 
-def world_from_source(source: SpecSource) -> WorldSpec:
-    """The validated world; raises WorldSpecError for every problem (never another exception)."""
+def world_from_source(source: SpecSource, size_check: bool = True) -> WorldSpec:
+    """The validated world; raises WorldSpecError for every problem (never another exception). `size_check`
+    False: a world too large for its context passes (prompt/fit.py; the importer warns about it instead)."""
     try:
-        return _world_from_source(source)
+        return _world_from_source(source, size_check)
     except WorldSpecError:
         raise
     except RecursionError:
@@ -82,7 +83,7 @@ def load_issues(source: SpecSource) -> list[SpecIssue]:
     return schema_issues(source, world)
 
 
-def _world_from_source(source: SpecSource) -> WorldSpec:
+def _world_from_source(source: SpecSource, size_check: bool = True) -> WorldSpec:
     if not isinstance(source.data, dict):
         raise WorldSpecError(
             [SpecIssue(source.path, 1, "(world)", "expected a mapping with at least `name:`")]
@@ -96,7 +97,9 @@ def _world_from_source(source: SpecSource) -> WorldSpec:
             line, _ = source.locate(loc)
             issues.append(SpecIssue(source.path, line, field_path(loc), expected(error)))
         raise WorldSpecError(issues) from None
-    problems = world.format_problems() + world.perturbation_problems() + prompt_size_problems(world)
+    problems = world.format_problems() + world.perturbation_problems()
+    if size_check:  # the importer writes a world too large for its context, with a warning instead
+        problems += prompt_size_problems(world)
     issues = [SpecIssue(source.path, source.locate(loc)[0], field_path(loc), msg) for loc, msg in problems]
     issues += [i for i in schema_issues(source, world) if i.severity == "error"]
     if issues:
@@ -134,12 +137,12 @@ def grammar_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
     return issues
 
 
-def load_world_text(text: str, path: str = "<string>") -> WorldSpec:
+def load_world_text(text: str, path: str = "<string>", size_check: bool = True) -> WorldSpec:
     try:
         source = parse_yaml(text, path)
     except SpecSyntaxError as exc:
         raise WorldSpecError([SpecIssue(exc.path, exc.line, "(file)", exc.message)]) from None
-    return world_from_source(source)
+    return world_from_source(source, size_check)
 
 
 def validate_paths(paths: list[str | Path]) -> list[SpecIssue]:

@@ -4,7 +4,9 @@ leave room for a call inside the model's context, or every call would be refused
 from __future__ import annotations
 
 from aw_mcp.prompt.budget import CHARS_PER_TOKEN, DEFAULT_CONTEXT_TOKENS, prompt_budget
+from aw_mcp.prompt.catalog import CatalogForm, largest_tool
 from aw_mcp.prompt.render import (
+    catalog_form,
     render_demonstrations,
     render_facts,
     render_state,
@@ -20,17 +22,20 @@ FIRST_TURN_CHARS = 600  # a first call's action and framing, beside the system p
 def prompt_size_problems(world: WorldSpec) -> list[tuple[PathKey, str]]:
     """The world's own text (its system prompt with the bundled template: description, tools and examples,
     facts, state; plus the first screen and task) must leave room for a call, or every call would be refused.
-    Named at its largest part."""
-    system = render_system_prompt(world, world.now or "2026-01-01T00:00:00Z")
-    chars = len(system) + len(world.screen or "") + len(world.task or "") + FIRST_TURN_CHARS
+    The tools count in the form the catalog takes at this context (prompt/catalog.py; compact: with the largest
+    tool whole). Named at its largest part."""
     context = world.model.context_tokens or DEFAULT_CONTEXT_TOKENS
     budget = prompt_budget(context, world.model.token_budget)
+    form = catalog_form(world, None, budget)
+    called = largest_tool(world) if form is CatalogForm.COMPACT else None
+    system = render_system_prompt(world, world.now or "2026-01-01T00:00:00Z", None, form, called)
+    chars = len(system) + len(world.screen or "") + len(world.task or "") + FIRST_TURN_CHARS
     needed = int(chars / CHARS_PER_TOKEN)
     if needed <= budget:
         return []
     parts = {
         "description": len(world.description),
-        "tools": len(render_tool_definitions(world) + render_demonstrations(world)),
+        "tools": len(render_tool_definitions(world, form, called) + render_demonstrations(world)),
         "facts": len(render_facts(world)),
         "state": len(render_state(world)),
         "screen": len(world.screen or ""),
@@ -38,12 +43,18 @@ def prompt_size_problems(world: WorldSpec) -> list[tuple[PathKey, str]]:
     }
     largest = max(parts, key=lambda k: parts[k])
     where = "model.context_tokens" if world.model.context_tokens else "the default context"
+    way_out = "Shorten it, or set `model.context_tokens` to your model's (larger) context"
+    if largest == "tools":
+        way_out += (
+            ", or keep fewer tools (an imported API: `aw-mcp import openapi` with --tag, --path, --operation or "
+            "--max-tools)"
+        )
+    listed = f", the tools listed {form.value}" if largest == "tools" else ""
     return [
         (
             (largest,),
             f"the world's own text needs about {needed:,} tokens of prompt (`{largest}` alone "
-            f"{int(parts[largest] / CHARS_PER_TOKEN):,}), more than {where} of {context:,} tokens leaves "
-            f"beside the answer ({budget:,}): every call would be refused. Shorten it, or set "
-            "`model.context_tokens` to your model's (larger) context",
+            f"{int(parts[largest] / CHARS_PER_TOKEN):,}{listed}), more than {where} of {context:,} tokens leaves "
+            f"beside the answer ({budget:,}): every call would be refused. {way_out}",
         )
     ]

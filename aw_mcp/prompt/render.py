@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from aw_mcp.core.model_io import ChatMessage
+from aw_mcp.prompt.budget import CHARS_PER_TOKEN
+from aw_mcp.prompt.catalog import CATALOG_SHARE, CatalogForm, render_definitions
 from aw_mcp.prompt.frame import (
     ACTION,
     CURRENT_STATE,
@@ -65,30 +67,39 @@ def _fence(body: str, language: str = "") -> str:
     return f"```{language}\n{body}\n```"
 
 
-def render_tool_definitions(world: WorldSpec) -> str:
-    """The tools as the model reads them: JSON definitions; on the web, BrowserGym's function signatures; on
-    Android, AndroidWorld's JSON action forms (and JSON for any tool a world adds beside them)."""
-    definitions = []
+def render_tool_definitions(
+    world: WorldSpec, form: CatalogForm = CatalogForm.FULL, called: str | None = None
+) -> str:
+    """The tools as the model reads them: JSON definitions in `form` (catalog_prompt.py; `called`: this call's
+    tool); on the web, BrowserGym's function signatures; on Android, AndroidWorld's JSON action forms (and JSON for
+    any tool a world adds beside them)."""
     signatures = []
+    tools = []
     for tool in world.tools:
         if world.domain == "web" and tool.name in browsergym.BY_NAME:
             signatures.append(browsergym.BY_NAME[tool.name].signature())
-            continue
-        if world.domain == "android" and tool.name in androidworld.BY_NAME:
+        elif world.domain == "android" and tool.name in androidworld.BY_NAME:
             signatures.append(androidworld.BY_NAME[tool.name].template())
-            continue
-        wire = tool.wire()
-        if tool.outputWrapper and tool.outputSchema:  # the model writes the API's own (unwrapped) value
-            wire["outputSchema"] = tool.outputSchema["properties"][tool.outputWrapper]
-        if tool.errors:  # the prompt's rules name "its `errors`"; agents never see them (not an MCP field)
-            wire["errors"] = [e.model_dump(exclude_defaults=True) for e in tool.errors]
-        definitions.append(wire)
+        else:
+            tools.append(tool)
     parts = []
     if signatures:
         parts.append(_fence("\n".join(signatures), "text"))
-    if definitions or not signatures:
-        parts.append(_json(definitions))
+    if tools or not signatures:
+        parts.append(render_definitions(tools, world.defs, form, called))
     return "\n\n".join(parts)
+
+
+def catalog_form(world: WorldSpec, template: str | None, budget_tokens: int) -> CatalogForm:
+    """The best form of the catalog (catalog_prompt.py) whose system prompt takes at most CATALOG_SHARE of the
+    prompt budget; COMPACT when none does."""
+    for form in (CatalogForm.FULL, CatalogForm.SHARED):
+        if form is CatalogForm.SHARED and not world.defs:
+            break
+        chars = len(render_system_prompt(world, "2026-01-01T00:00:00Z", template, form))
+        if chars / CHARS_PER_TOKEN <= budget_tokens * CATALOG_SHARE:
+            return form
+    return CatalogForm.COMPACT
 
 
 def render_result(result: Any) -> str:
@@ -165,21 +176,29 @@ def render_state(world: WorldSpec) -> str:
     return text.rstrip("\n")
 
 
-def system_values(world: WorldSpec, now: str) -> dict[str, str]:
+def system_values(
+    world: WorldSpec, now: str, form: CatalogForm = CatalogForm.FULL, called: str | None = None
+) -> dict[str, str]:
     return {
         "world_name": world.name,
         "world_description": world.description.strip() or world.name,
         "now": now,
-        "tool_definitions": render_tool_definitions(world),
+        "tool_definitions": render_tool_definitions(world, form, called),
         "demonstrations": render_demonstrations(world),
         "facts": render_facts(world),
         "initial_state": render_state(world),
     }
 
 
-def render_system_prompt(world: WorldSpec, now: str, template: str | None = None) -> str:
+def render_system_prompt(
+    world: WorldSpec,
+    now: str,
+    template: str | None = None,
+    form: CatalogForm = CatalogForm.FULL,
+    called: str | None = None,
+) -> str:
     text = template if template is not None else load_template(world.domain)
-    return fill_slots(text, system_values(world, now))
+    return fill_slots(text, system_values(world, now, form, called))
 
 
 def scoped_facts(world: WorldSpec, tool: str) -> list[str]:

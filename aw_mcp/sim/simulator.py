@@ -12,6 +12,7 @@ abort, replay, instruct) and after it (shape; then catalog changes). Their order
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import time
@@ -40,9 +41,10 @@ from aw_mcp.prompt.budget import (
     is_context_overflow,
     prompt_budget,
 )
+from aw_mcp.prompt.catalog import CatalogForm
 from aw_mcp.prompt.constraint import constraint_for
 from aw_mcp.prompt.parse import parse_answer, parse_json_observation
-from aw_mcp.prompt.render import render_result, render_system_prompt
+from aw_mcp.prompt.render import catalog_form, render_result, render_system_prompt
 from aw_mcp.prompt.transcript import Prompt
 from aw_mcp.sim import fault_apply, fault_kinds, fault_phases
 from aw_mcp.sim.call import Call
@@ -131,8 +133,11 @@ class Simulator:
     ):
         self.world = world
         self.template = template  # the system prompt template (None: the bundled one for the world's domain)
-        # Rendered once per session, at its first call; forgotten with the session.
-        self._system_prompts: weakref.WeakKeyDictionary[WorldSession, str] = weakref.WeakKeyDictionary()
+        # Rendered once per session, at its first call (a compact catalog: again when the called tool changes,
+        # prompt/catalog.py); forgotten with the session. Keyed by the tool a compact catalog shows whole.
+        self._system_prompts: weakref.WeakKeyDictionary[WorldSession, tuple[str | None, str]] = (
+            weakref.WeakKeyDictionary()
+        )
         self.backend = backend
         self.registry = registry if registry is not None else SessionRegistry(world)
         self.params = params or params_from_settings(world.model)
@@ -146,13 +151,20 @@ class Simulator:
         records = (r for s in self.registry.sessions() for r in s.records)
         fault_phases.restore_catalog(self.catalog, self.perturbations, records)
 
-    def system_prompt(self, session: WorldSession) -> str:
-        prompt = self._system_prompts.get(session)
-        if prompt is None:
-            prompt = self._system_prompts[session] = render_system_prompt(
-                self.world, session.now, self.template
-            )
-        return prompt
+    @functools.cached_property
+    def catalog_form(self) -> CatalogForm:
+        """How the system prompt lists the tools at this context (prompt/catalog.py), decided once."""
+        budget = prompt_budget(self.context_tokens, self.params.max_tokens)
+        return catalog_form(self.world, self.template, budget)
+
+    def system_prompt(self, session: WorldSession, tool: str | None = None) -> str:
+        """The session's system prompt for a call of `tool` (only a compact catalog depends on the tool)."""
+        shown = tool if self.catalog_form is CatalogForm.COMPACT else None
+        cached = self._system_prompts.get(session)
+        if cached is None or cached[0] != shown:
+            prompt = render_system_prompt(self.world, session.now, self.template, self.catalog_form, shown)
+            cached = self._system_prompts[session] = (shown, prompt)
+        return cached[1]
 
     def fork(self, key: str | None, n: int) -> list[WorldSession]:
         """`n` sessions forked from session `key` at its current point, continuing its fault sequence. They share
@@ -173,7 +185,8 @@ class Simulator:
         twin = Simulator(self.world, self.backend, registry, self.params, self.output_retries, self.template)
         twin.catalog = self.catalog.copy()
         self.planner.fork(session.id, child.id, into=twin.planner)
-        twin._system_prompts[child] = self.system_prompt(session)
+        if session in self._system_prompts:
+            twin._system_prompts[child] = self._system_prompts[session]
         return twin
 
     def tool(self, name: str) -> ToolSpec:
@@ -358,7 +371,11 @@ class Simulator:
         while True:
             shown_notes = [compaction_note(start), *notes] if start else notes
             prompt = session.transcript.prompt(
-                self.system_prompt(session), call.tool.name, call.arguments, shown_notes, start=start
+                self.system_prompt(session, call.tool.name),
+                call.tool.name,
+                call.arguments,
+                shown_notes,
+                start=start,
             )
             if estimate_tokens(prompt.messages, prompt.chars) <= budget:
                 break

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import functools
+import json
 import re
 from datetime import date, datetime
 from functools import cached_property
@@ -26,6 +28,7 @@ from aw_mcp.spec.schema_check import (
     regex_budget,
     schema_validator,
 )
+from aw_mcp.spec.shared_defs import with_defs
 from aw_mcp.spec.source import PathKey
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")  # MCP 2025-11-25 (SEP-986): 1-128 of these characters
@@ -65,17 +68,41 @@ class ToolErrorSpec(StrictSpecModel):
     status: int | None = Field(default=None, ge=100, le=599)
 
 
+@functools.lru_cache(maxsize=4096)
+def _metaschema_problem_of(text: str) -> str | None:
+    """Where and why the schema (as JSON text) breaks the 2020-12 metaschema, or None. Cached: a world's shared
+    `$defs` reach many tools (spec/shared_defs.py), and each is checked once."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(json.loads(text))
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        return f"at {where}: {exc.message}"
+    except RecursionError:
+        return "nested too deeply to check"
+    return None
+
+
+def metaschema_problem(schema: Any) -> str | None:
+    """The metaschema check of a schema, its `$defs` entries checked one by one (the same result, cached)."""
+    defs = schema.get("$defs") if isinstance(schema, dict) else None
+    if isinstance(defs, dict):
+        for name, sub in defs.items():
+            problem = _metaschema_problem_of(json.dumps(sub, sort_keys=True))
+            if problem is not None:
+                return problem.replace("at ", f"at $defs/{name}/", 1).replace("/(root)", "")
+        schema = {k: v for k, v in schema.items() if k != "$defs"}
+    return _metaschema_problem_of(json.dumps(schema, sort_keys=True))
+
+
 def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
     not_json = json_problem(schema)
     if not_json is not None:
         raise ValueError(f"{what} must be JSON: {not_json}")
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise ValueError(f"{what} is not a valid JSON Schema (2020-12) at {where}: {exc.message}") from None
-    except RecursionError:
-        raise ValueError(f"{what} is nested too deeply to check") from None
+    problem = metaschema_problem(schema)
+    if problem == "nested too deeply to check":
+        raise ValueError(f"{what} is nested too deeply to check")
+    if problem is not None:
+        raise ValueError(f"{what} is not a valid JSON Schema (2020-12) {problem}")
     bad_ref = dangling_ref(schema)
     if bad_ref is not None:
         raise ValueError(f"{what} has a $ref {bad_ref!r} that points at nothing")
@@ -296,6 +323,9 @@ class WorldSpec(StrictSpecModel):
     # A directory laid out like `prompts/` (relative to the world file) whose templates replace the bundled ones.
     prompts: str | None = None
     tools: list[ToolSpec] = Field(default_factory=list)
+    # Schemas the tools share, each written once: a tool schema's `$ref: "#/$defs/NAME"` names one. Each tool
+    # schema gets the ones it uses as its own `$defs` when the world loads (an MCP tool schema stands alone).
+    defs: dict[str, dict[str, Any] | bool] = Field(default_factory=dict, alias="$defs")
     model: ModelSettings = Field(default_factory=ModelSettings)
     # Prompt-injection slots (AgentDojo-style): name -> text, or {text, expect_call}; `inject` faults fill them in.
     injections: dict[str, InjectionSlot] = Field(default_factory=dict)
@@ -328,6 +358,35 @@ class WorldSpec(StrictSpecModel):
             except ValueError:
                 raise ValueError("expected an ISO 8601 date-time such as 2026-03-01T09:00:00Z") from None
         return value
+
+    @field_validator("defs")
+    @classmethod
+    def _valid_defs(cls, defs: dict[str, Any]) -> dict[str, Any]:
+        for name, schema in defs.items():
+            problem = json_problem(schema)
+            if problem is not None:
+                raise ValueError(f"{name} must be JSON: {problem}")
+            problem = metaschema_problem(schema)
+            if problem is not None:
+                raise ValueError(f"{name} is not a valid JSON Schema (2020-12) {problem}")
+        return defs
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tools_use_shared_defs(cls, data: Any) -> Any:
+        """Each tool schema gets the shared `$defs` it uses (spec/shared_defs.py)."""
+        defs = data.get("$defs") if isinstance(data, dict) else None
+        if not isinstance(defs, dict) or not defs or not isinstance(data.get("tools"), list):
+            return data
+        tools = []
+        for entry in data["tools"]:
+            if isinstance(entry, dict):
+                entry = {
+                    **entry,
+                    **{k: with_defs(entry[k], defs) for k in ("inputSchema", "outputSchema") if k in entry},
+                }
+            tools.append(entry)
+        return {**data, "tools": tools}
 
     @model_validator(mode="before")
     @classmethod

@@ -306,7 +306,6 @@ def test_openapi_30_tools_names_annotations_and_warnings(petstore: tuple[WorldSp
     # Unsupported constructs: warned with the JSON pointer, never fatal.
     for expected in (
         "#/paths/~1pets/get/parameters/2: cookie parameters are not supported",
-        "#/components/schemas/Category/properties/parent: $ref cycle through #/components/schemas/Category",
         "#/paths/~1pets~1{petId}/put: tool name 'listPets' is taken",
         "#/paths/~1pets~1{petId}~1photo/post: operationId 'upload photo!' is not a valid tool name",
         "#/paths/~1categories~1{id}/get/parameters/1: parameter name 'id' is used twice",
@@ -357,9 +356,10 @@ def test_openapi_30_schemas_merged_and_converted(petstore: tuple[WorldSpec, str,
     ]
     category = tools["getCategory"]
     assert set(category.inputSchema["properties"]) == {"id", "header_id", "depth"}
-    parent = category.outputSchema["properties"]["parent"]
-    assert parent["type"] == "object" and "recursive" in parent["description"]
-    assert category.outputSchema["properties"]["children"]["items"]["type"] == "object"
+    # A recursive component is one shared definition that refers to itself (no cut, no warning).
+    assert category.outputSchema["properties"]["parent"] == {"$ref": "#/$defs/Category"}
+    assert category.outputSchema["properties"]["children"]["items"] == {"$ref": "#/$defs/Category"}
+    assert category.outputSchema["$defs"]["Category"]["properties"]["parent"] == {"$ref": "#/$defs/Category"}
     assert tools["exportPets"].inputSchema["properties"]["body"]["type"] == "string"
 
 
@@ -427,7 +427,8 @@ def test_openapi_31_json_oneof_type_arrays_and_ref_siblings(
     place = tools["placeOrder"]
     body = place.inputSchema["properties"]["body"]  # a oneOf body cannot be flattened
     assert place.inputSchema["required"] == ["body"] and len(body["oneOf"]) == 2
-    assert body["oneOf"][1]["properties"]["kind"] == {"const": "invoice"}
+    assert body["oneOf"][1] == {"$ref": "#/$defs/InvoicePayment"}  # each component kept once, referred to
+    assert place.inputSchema["$defs"]["InvoicePayment"]["properties"]["kind"] == {"const": "invoice"}
     assert place.outputWrapper == "result" and place.outputSchema["properties"]["result"]["type"] == [
         "object",
         "null",
