@@ -14,16 +14,18 @@ A call with a constraint (a tool with an outputSchema) is sent in the best form 
    frame, then the JSON indented as our engine writes it, or the plain-text `Error: ...` line), in the server's
    own field: vLLM `structured_outputs: {"grammar": ...}` (`guided_grammar` before 0.10.2), SGLang `ebnf`,
    llama.cpp's llama-server and llama-cpp-python's server `grammar` (GBNF). One text serves them all;
-2. the JSON Schema alone, `response_format = {"type": "json_schema", "json_schema": {"name", "schema", "strict":
-   true}}` (llama-cpp-python: `{"type": "json_object", "schema": ...}`, the only form it takes): the answer is then
-   bare JSON, without the frame;
+2. to such a server whose grammar was refused: the JSON Schema alone, `response_format = {"type": "json_schema",
+   "json_schema": {"name", "schema", "strict": true}}` (llama-cpp-python: `{"type": "json_object", "schema": ...}`,
+   the only form it takes): the answer is then bare JSON, without the frame;
 3. nothing: free text, validated afterwards (validate-and-retry).
 
 The grammar goes only to a server known to read its field: these servers ignore a field they do not know (vLLM
 since 0.12 takes the old `guided_grammar` with HTTP 200 and decodes unconstrained), so a success would prove nothing.
 The server is identified once per backend, on the first constrained call, by `GET /v1/models`: `owned_by` is
 "vllm", "sglang", "llamacpp" (llama-server) or "me" with a `permissions` list (llama-cpp-python); for vLLM,
-`GET /version` picks the field. Any other server (OpenAI itself, proxies, `aw-mcp engine serve`) starts at 2.
+`GET /version` picks the field. Any other server (OpenAI itself, proxies, `aw-mcp engine serve`) gets 3: nothing
+it could be asked to constrain keeps the frame the model was trained to answer in, so the answer is decoded free
+and validated afterwards (one log line says so).
 
 What a server refuses is learnt once per backend: when a constrained request is refused with HTTP 400 or 422 and a
 lower form then succeeds, the server is taken not to take that form when the error body names it (response_format,
@@ -272,7 +274,14 @@ class OpenAIWorldModel(WorldModel):
             async with self._identifying:
                 if self.dialect is None:
                     self.dialect = await self._identify()
-                    if self.dialect is not None:
+                    if self.dialect is GENERIC:
+                        log.info(
+                            "world model server %s is not known to take a grammar: structured answers are decoded "
+                            "unconstrained and validated afterwards (the JSON Schema alone would lose the trained "
+                            "frame)",
+                            self.url,
+                        )
+                    elif self.dialect is not None:
                         log.info("world model server %s is %s", self.url, self.dialect.name)
         return self.dialect or GENERIC
 
@@ -320,7 +329,7 @@ class OpenAIWorldModel(WorldModel):
             grammar = self._grammar_text(constraint)
             if grammar is not None:
                 forms.append((GRAMMAR, at_path(dialect.grammar_field, grammar)))
-        if self._may_send(JSON_SCHEMA, constraint):
+        if dialect.schema_alone and self._may_send(JSON_SCHEMA, constraint):
             if dialect.json_object:
                 response_format = {"type": "json_object", "schema": constraint.json_schema}
             else:

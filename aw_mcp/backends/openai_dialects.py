@@ -30,9 +30,14 @@ class Dialect:
     name: str  # for messages
     grammar_field: tuple[str, ...] = ()  # where the grammar text goes in the request body; () = nowhere
     json_object: bool = False  # the schema as response_format {"type": "json_object", "schema": ...}
+    # The JSON Schema alone (response_format) after a refused grammar: valid JSON, but the answer loses the trained
+    # frame. Only for a server known to take a grammar; an unknown one is not constrained at all (issue 31.6).
+    schema_alone: bool = True
 
 
-GENERIC = Dialect("an OpenAI-compatible server")
+# A server not identified: nothing it can constrain keeps the frame (`**Environment Observation:**` then the
+# answer), so its answers are decoded free and validated afterwards.
+GENERIC = Dialect("an OpenAI-compatible server", schema_alone=False)
 DIALECTS = {
     "openai": GENERIC,
     "vllm": Dialect("vLLM", ("structured_outputs", "grammar")),

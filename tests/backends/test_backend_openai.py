@@ -376,16 +376,21 @@ async def test_a_grammar_server_gets_the_framed_grammar_and_the_answer_keeps_the
     [{"owned_by": "tests"}, {"owned_by": "openai"}, {"owned_by": "engine"}, {"owned_by": "me"}],
     ids=["unknown", "openai", "our-engine", "me-without-permissions"],
 )
-async def test_a_server_that_may_ignore_a_grammar_gets_json_schema_first(card: dict[str, Any]) -> None:
+async def test_a_server_not_known_to_take_a_grammar_is_not_constrained_and_the_frame_stays(
+    card: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     # vLLM ignores fields it does not know (HTTP 200, unconstrained), and so may any server: a grammar goes only to
-    # a server known to read it.
-    with ScriptedOpenAIServer([Reply(content=json.dumps(TASKS))], model_card=card) as server:
+    # a server known to read it. The JSON Schema alone would make the answer bare JSON, never the trained frame
+    # (issue 31.6): an unknown server gets no constraint, and the answer is validated afterwards.
+    with ScriptedOpenAIServer([Reply(content=FRAMED)], model_card=card) as server:
         backend = OpenAIWorldModel(server.base_url, "m", retries=0)
-        answer = await backend.generate(MESSAGES, constrained())
+        with caplog.at_level(logging.INFO, logger="aw_mcp.backends.openai"):
+            answers = [await backend.generate(MESSAGES, constrained()) for _ in range(2)]
         await backend.aclose()
-    assert [form_of(r.body) for r in server.requests] == [JSON_SCHEMA]
-    assert answer.extra["constrained_as"] == JSON_SCHEMA
-    assert server.requests[0].body["response_format"]["type"] == "json_schema"
+    assert [form_of(r.body) for r in server.requests] == [UNCONSTRAINED, UNCONSTRAINED]
+    assert all(a.text.startswith(MARKER) and a.extra["constrained_as"] == UNCONSTRAINED for a in answers)
+    [line] = [r.getMessage() for r in caplog.records if "not known to take a grammar" in r.getMessage()]
+    assert "validated afterwards" in line
 
 
 @pytest.mark.anyio
@@ -484,13 +489,17 @@ async def test_a_500_naming_response_format_is_a_refusal_not_retried() -> None:
         "'msg': \\\"Input should be 'text' or 'json_object'\\\", 'input': 'json_schema'}]\", "
         '"type": "internal_server_error"}}'
     )
+    grammar_refused = Reply(status=400, body='{"error": {"message": "structured_outputs: invalid grammar"}}')
     with ScriptedOpenAIServer(
-        [Reply(content=json.dumps(TASKS))], refuse={"response_format": Reply(status=500, body=body)}
+        [Reply(content=json.dumps(TASKS))],
+        model_card={"owned_by": "vllm"},
+        version="0.11.0",
+        refuse={"structured_outputs": grammar_refused, "response_format": Reply(status=500, body=body)},
     ) as server:
         backend = OpenAIWorldModel(server.base_url, "m", **FAST)  # retries=3: a 5xx would be tried 4 times
         answers = [await backend.generate(MESSAGES, constrained()) for _ in range(2)]
         await backend.aclose()
-    assert [form_of(r.body) for r in server.requests] == [JSON_SCHEMA, UNCONSTRAINED, UNCONSTRAINED]
+    assert [form_of(r.body) for r in server.requests] == [GRAMMAR, JSON_SCHEMA, UNCONSTRAINED, UNCONSTRAINED]
     assert [a.extra["attempts"] for a in answers] == [1, 1]
     assert backend.response_format_supported is False
 
@@ -498,10 +507,11 @@ async def test_a_500_naming_response_format_is_a_refusal_not_retried() -> None:
 @pytest.mark.anyio
 async def test_a_500_that_names_no_constraint_is_still_retried() -> None:
     with ScriptedOpenAIServer(
-        [Reply(status=500, body='{"error": "CUDA error: out of memory"}'), Reply(content=json.dumps(TASKS))]
+        [Reply(status=500, body='{"error": "CUDA error: out of memory"}'), Reply(content=FRAMED)],
+        model_card={"owned_by": "sglang"},
     ) as server:
         answer = await generate(server, constrained())
-    assert [form_of(r.body) for r in server.requests] == [JSON_SCHEMA, JSON_SCHEMA]
+    assert [form_of(r.body) for r in server.requests] == [GRAMMAR, GRAMMAR]
     assert answer.extra["attempts"] == 2
 
 
