@@ -279,6 +279,13 @@ class WorldEnvironment(Environment[Action, Observation, WorldState]):
         if running:
             _blocking(self._close)
 
+    @property
+    def mcp_client(self) -> EpisodeTools:
+        """What OpenEnv's server calls for MCP JSON-RPC on `/mcp` (tools/list, tools/call): this episode's tools.
+        openenv 0.10's `MCPToolClient` lists and calls tools that way; openenv-core 0.3's server answers it only
+        for an environment with an `mcp_client` ("Environment does not support MCP" otherwise)."""
+        return EpisodeTools(self)
+
     # --- our extension ----------------------------------------------------------------------------------------------
 
     def fork(self, n: int) -> list[WorldEnvironment]:
@@ -422,6 +429,40 @@ def _find_live(episode_id: str) -> WorldEnvironment:
             f"no live episode {episode_id!r} to fork in this process (closed, reset, or never opened)"
         )
     return environment
+
+
+class EpisodeTools:
+    """An episode's tools in the shape OpenEnv's HTTP server drives an environment's `mcp_client` with (fastmcp's
+    Client: `is_connected()`, `list_tools()`, `call_tool(name=, arguments=)`, `async with`). Each is a step of the
+    episode, as ListToolsAction / CallToolAction over the WebSocket are; a call's result is the MCP result dict a
+    CallToolObservation carries (`data` is what `MCPToolClient.call_tool` returns); an unknown tool, a
+    protocol_error fault or a timeout is raised, which the server answers as a JSON-RPC error."""
+
+    def __init__(self, environment: WorldEnvironment) -> None:
+        self.environment = environment
+
+    def is_connected(self) -> bool:
+        return self.environment._env is not None  # a live episode: the server calls straight in
+
+    async def __aenter__(self) -> EpisodeTools:
+        return self  # a request without a session gets a fresh environment: its first step resets it
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def list_tools(self) -> list[Tool]:
+        observation = await self.environment.step_async(ListToolsAction())
+        assert isinstance(observation, ListToolsObservation)
+        return observation.tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        observation = await self.environment.step_async(
+            CallToolAction(tool_name=name, arguments=arguments or {})
+        )
+        assert isinstance(observation, CallToolObservation)
+        if observation.error is not None:
+            raise RuntimeError(f"{observation.error.error_type.value}: {observation.error.message}")
+        return observation.result
 
 
 def _tools(env: Env) -> list[Tool]:

@@ -124,6 +124,13 @@ GRAMMAR_FORMATS = frozenset(
 _UNSUPPORTED_REGEX = re.compile(r"\(\?<?[=!]|\\[1-9]|\\k<|\(\?P=|\\[pP]\{")
 
 
+# JSON Schema keywords that say nothing about the value (grammar_text.py skips them too).
+ANNOTATIONS = frozenset(
+    {"title", "description", "examples", "default", "$comment", "$schema", "$id", "$anchor", "deprecated"}
+    | {"readOnly", "writeOnly", "contentMediaType", "contentEncoding", "nullable", "$defs", "definitions"}
+)
+
+
 @dataclass(frozen=True)
 class Relaxation:
     """One keyword the grammar leaves to post-hoc validation: where (a JSON pointer into the schema) and why."""
@@ -202,7 +209,7 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
                 Relaxation((*here, "$ref"), "$ref", f"the grammar only follows `#/...` references ({ref!r})")
             )
         allof = out.get("allOf")
-        if isinstance(allof, list) and len(allof) > 1:
+        if isinstance(allof, list) and allof:  # one schema too: its siblings would be lost beside it
             merged = _merge_all_of(allof)
             out.pop("allOf")
             if merged is None:
@@ -215,9 +222,31 @@ def relax(schema: Any) -> tuple[Any, list[Relaxation]]:
                         Relaxation((*here, "allOf"), "allOf", "it disagrees with its own schema's keywords")
                     )
                 out = combined or out
-        return out
+        return distribute_siblings(out, here, notes)
 
     return rebuild(schema, finish, drop), notes
+
+
+def distribute_siblings(out: dict[str, Any], here: Pointer, notes: list[Relaxation]) -> dict[str, Any]:
+    """`{properties: ..., anyOf: [A, B]}` as `{anyOf: [A + properties, B + properties]}`: xgrammar decodes an anyOf
+    as its branches alone, dropping the keywords beside it (what an `allOf` of an object and an anyOf merges into).
+    A branch that disagrees with them keeps its own (noted: validation afterwards has the full schema)."""
+    branches = out.get("anyOf")
+    siblings = {k: v for k, v in out.items() if k != "anyOf" and k not in ANNOTATIONS}
+    if not isinstance(branches, list) or not siblings:
+        return out
+    spread = []
+    for i, branch in enumerate(branches):
+        if branch is True:
+            branch = {}
+        combined = merge_schemas(siblings, branch) if isinstance(branch, dict) else None
+        if combined is None and branch is not False:
+            notes.append(
+                Relaxation((*here, "anyOf", i), "anyOf", "the branch disagrees with the keywords beside it")
+            )
+        spread.append(combined if combined is not None else branch)
+    kept = {k: v for k, v in out.items() if k in ANNOTATIONS}
+    return {**kept, "anyOf": spread}
 
 
 def merge_schemas(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:

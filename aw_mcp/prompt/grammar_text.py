@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aw_mcp.core.model_io import AnswerConstraint
+from aw_mcp.prompt.constraint import ANNOTATIONS as _ANNOTATIONS
 from aw_mcp.prompt.constraint import MAX_CACHED, merge_schemas
 from aw_mcp.spec.schema_walk import DanglingRef, LocalRefs
 
@@ -46,11 +47,6 @@ _PRIMITIVE_PREFIXES = ("json-", "hex-", "fmt-")  # names of the shared rules
 _SURROGATES = (0xD800, 0xDFFF)  # not characters: UTF-8 cannot encode them
 # Where llama.cpp stops counting a repetition (`{m,n}` with a larger bound): a larger minimum is refused.
 MAX_GRAMMAR_REPETITION = 2000
-# JSON Schema keywords that say nothing about the value.
-_ANNOTATIONS = frozenset(
-    {"title", "description", "examples", "default", "$comment", "$schema", "$id", "$anchor", "deprecated"}
-    | {"readOnly", "writeOnly", "contentMediaType", "contentEncoding", "nullable", "$defs", "definitions"}
-)
 # ECMA-262 classes (JSON Schema patterns are ECMA regexes: \d is ASCII, unlike Python's).
 _DIGIT = ((0x30, 0x39),)
 _WORD = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))

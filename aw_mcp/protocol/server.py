@@ -339,6 +339,13 @@ def build_server(app: WorldApp) -> WorldServer:
         ]
         return types.ListResourcesResult(resources=resources)
 
+    async def list_resource_templates(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """A world's resources have fixed URIs (world://spec, ...): no templates. Answered all the same, since
+        `resources` is advertised and clients ask (llama-index's include_resources, the Inspector)."""
+        return types.ListResourceTemplatesResult(resource_templates=[])
+
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
@@ -370,6 +377,7 @@ def build_server(app: WorldApp) -> WorldServer:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
+        on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,
         on_subscriptions_listen=listen,
     )

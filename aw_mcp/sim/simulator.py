@@ -221,7 +221,7 @@ class Simulator:
         return Call(
             world=self.world.name,
             tool=tool,
-            arguments=arguments,
+            arguments=tool.without_refused_nulls(arguments),  # null for an optional argument: absent
             session=session,
             index=session.claim_index(),
             report=monotonic(report),

@@ -24,8 +24,24 @@ def prompts_dir() -> Path:
     return _data_dir("prompts")
 
 
+# The bundled worlds, by name: the package's own list, not whatever sits in the folder (a world a user imports
+# into a checkout's worlds/ is their file, not a bundled world). A new bundled world is added here too
+# (tests/spec/test_bundled_worlds.py checks the list against the files the repository tracks).
+BUNDLED_WORLDS = (
+    "android_phone",
+    "faults_payments",
+    "fictional_airline",
+    "mcp_crm",
+    "os_desktop",
+    "search_python_release",
+    "swe_bugfix",
+    "terminal_devbox",
+    "web_shop",
+)
+
+
 def bundled_worlds() -> list[Path]:
-    return sorted(worlds_dir().glob("*.yaml"))
+    return [worlds_dir() / f"{name}.yaml" for name in BUNDLED_WORLDS]
 
 
 def bundled_names() -> list[str]:
@@ -47,9 +63,9 @@ def resolve_world_path(name_or_path: str) -> Path:
     if name_or_path and path.is_file():
         return path
     if name_or_path and "/" not in name_or_path and "\\" not in name_or_path:
-        for candidate in (worlds_dir() / name_or_path, worlds_dir() / f"{name_or_path}.yaml"):
-            if candidate.is_file():
-                return candidate
+        name = name_or_path.removesuffix(".yaml")
+        if name in BUNDLED_WORLDS:
+            return worlds_dir() / f"{name}.yaml"
     names = ", ".join(bundled_names())
     if name_or_path and path.exists():
         raise UnknownWorldError(f"{name_or_path!r} is a folder, not a world file (a YAML file)")

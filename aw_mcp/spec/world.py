@@ -195,6 +195,20 @@ class ToolSpec(StrictSpecModel):
         return schema_validator(self.inputSchema)
 
     @cached_property
+    def _refuses_null(self) -> frozenset[str]:
+        from aw_mcp.spec.null_arguments import refused_nulls  # a leaf module; computed once per tool
+
+        return refused_nulls(self.inputSchema)
+
+    def without_refused_nulls(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments with an explicit `null` for an optional argument whose schema has no null type left out:
+        treated as absent, as clients that send null for every argument they leave out mean it (mcp-use). Every
+        other check of the schema is unchanged (a null for a required argument, or nested, is still refused)."""
+        if not any(value is None for value in arguments.values()):
+            return arguments
+        return {k: v for k, v in arguments.items() if not (v is None and k in self._refuses_null)}
+
+    @cached_property
     def _output_validator(self) -> jsonschema.Draft202012Validator | None:
         return schema_validator(self.outputSchema) if self.outputSchema is not None else None
 
@@ -235,11 +249,10 @@ class ToolSpec(StrictSpecModel):
 
     def wire(self) -> dict[str, Any]:
         """The MCP `Tool` object (camelCase wire names)."""
-        out: dict[str, Any] = {
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": self.inputSchema,
-        }
+        schema = self.inputSchema
+        if "properties" not in schema:  # valid without it, but clients index it (smolagents' adapter crashed)
+            schema = {**schema, "properties": {}}
+        out: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": schema}
         if self.title:
             out["title"] = self.title
         if self.outputSchema is not None:

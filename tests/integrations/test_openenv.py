@@ -269,3 +269,31 @@ def test_create_app_refuses_an_unknown_world_or_option_at_once(oe: ModuleType) -
         oe.create_app("no_such_world", backend="demo")
     with pytest.raises(TypeError, match="not an option"):
         oe.create_app("mcp_crm", bakend="demo")
+
+
+async def test_openenv_010_mcp_tool_client_wire_lists_and_calls_tools(base_url: str) -> None:
+    """What openenv 0.10's MCPToolClient sends (HTTP POST /mcp, JSON-RPC, an `openenv/session/create` session), which
+    openenv-core 0.3's server answered with "Environment does not support MCP" (-32603) for a world. Spoken here with
+    httpx, since 0.10 itself needs mcp<2; the real client's run is in bench/results/clients_*.log."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+
+        async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            response = await http.post(
+                "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            )
+            body = response.json()
+            assert "error" not in body, body
+            return body["result"]
+
+        session = (await rpc("openenv/session/create", {}))["session_id"]
+        tools = (await rpc("tools/list", {"session_id": session}))["tools"]
+        assert "search_contacts" in [tool["name"] for tool in tools]
+        result = await rpc("tools/call", {"name": READ[0], "arguments": READ[1], "session_id": session})
+        assert (
+            result["is_error"] is False and result["data"]["contacts"]
+        )  # what MCPToolClient.call_tool returns
+        stateless = (await rpc("tools/list", {}))["tools"]  # no session: a throwaway environment answers
+        assert [tool["name"] for tool in stateless] == [tool["name"] for tool in tools]
+        await rpc("openenv/session/close", {"session_id": session})

@@ -123,3 +123,37 @@ async def test_world_with_perturbations_applies_what_it_records(path: Path) -> N
     aborted = any(f.kind in ABORTS and f.applied for f in record.faults)
     assert len(model.calls) == (0 if aborted else 1)
     assert result.is_error == aborted, result.content[0].text
+
+
+def test_the_bundled_worlds_are_the_packages_list_not_the_folders_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the docs' "Mock an API" did (issue 32): `import ... -o worlds/tasks.yaml` made `tasks` a bundled world."""
+    import shutil
+
+    from aw_mcp.core.errors import UnknownWorldError
+    from aw_mcp.spec import bundled
+
+    folder = tmp_path / "worlds"
+    shutil.copytree(bundled.worlds_dir(), folder)
+    (folder / "tasks.yaml").write_text((folder / "mcp_crm.yaml").read_text())  # a user's file beside them
+    monkeypatch.setattr(bundled, "worlds_dir", lambda: folder)
+    assert bundled.bundled_names() == list(bundled.BUNDLED_WORLDS)
+    with pytest.raises(UnknownWorldError):
+        bundled.resolve_world_path("tasks")
+    assert bundled.resolve_world_path("mcp_crm") == folder / "mcp_crm.yaml"
+    assert (
+        bundled.resolve_world_path(str(folder / "tasks.yaml")) == folder / "tasks.yaml"
+    )  # a path still works
+
+
+def test_the_list_names_every_world_file_the_repository_tracks() -> None:
+    import subprocess
+
+    from aw_mcp.spec.bundled import BUNDLED_WORLDS
+
+    repo = Path(__file__).resolve().parents[2]
+    listed = subprocess.run(["git", "ls-files", "worlds/*.yaml"], cwd=repo, capture_output=True, text=True)
+    if listed.returncode != 0 or not listed.stdout.strip():
+        pytest.skip("not a git checkout")
+    assert sorted(Path(line).stem for line in listed.stdout.split()) == sorted(BUNDLED_WORLDS)
