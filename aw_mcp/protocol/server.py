@@ -45,6 +45,7 @@ from aw_mcp.sim.registry import TRANSPORT_SESSION_PREFIX
 from aw_mcp.sim.session import SessionKeyError, WorldSession
 from aw_mcp.sim.simulator import Simulator, UnknownToolError
 from aw_mcp.spec.world import WorldSpec
+from aw_mcp.trajectory.records import CallRecord
 
 log = logging.getLogger("aw_mcp.protocol.server")
 
@@ -289,17 +290,17 @@ def build_server(app: WorldApp) -> WorldServer:
                 log.debug("progress not delivered: %s", exc)
 
         key = session_key(ctx)
-        session = world_session(app, key)
         notifier.note(ctx, key)
-        committed = len(session.records)
+
+        async def committed(record: CallRecord) -> None:  # a refused or cancelled call is recorded too
+            await resources_changed(key, [record])
+
         try:
-            outcome = await app.simulator.call(params.name, params.arguments, key, report)
+            outcome = await app.simulator.call(
+                params.name, params.arguments, key, report, on_commit=committed
+            )
         except (UnknownToolError, SessionKeyError) as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        finally:  # a refused or cancelled call is recorded too: the trajectory grew all the same
-            if len(session.records) > committed:
-                with anyio.CancelScope(shield=True):
-                    await resources_changed(key, session.records[committed:])
         if outcome.catalog_changed:
             await announce_tool_list_change(ctx)
         if outcome.protocol_error is not None:

@@ -1,9 +1,11 @@
-"""One tool call on its way through the pipeline: the context that `simulator.py`, `perturb/phases.py` and the
-fault kinds (`perturb/kinds.py`) pass along instead of loose values, and the one place its record is made.
+"""One tool call on its way through the pipeline: the context that `simulator.py`, `fault_phases.py` and the fault
+kinds (`fault_kinds.py`) pass along instead of loose values, and the one place its record is made.
 
-It holds what was asked (tool, arguments, session, index), what the faults may read or change (the world's seed,
-injection slots and live catalog), the faults that fired and their trajectory entries, the world model's attempts,
-and what the agent will see. The trajectory's `CallRecord` is built from it once, when the call commits.
+It holds what was asked (tool, arguments, session, index), what the faults may read (the world's seed, injection
+slots and live catalog), the faults that fire on it, and the log of their trajectory entries. It is frozen: what
+the call comes to is the `Answer` each step returns (`answer.py`), never written back here. The fault log is the
+one thing that grows, entry by entry as the phases decide them, so that a call cut short (cancelled by its client)
+is still recorded with the faults it met.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aw_mcp.sim.answer import Answer, Generated
 from aw_mcp.sim.fault_apply import Catalog
 from aw_mcp.sim.fault_planner import Firing
 from aw_mcp.sim.progress import Reporter
@@ -20,8 +23,10 @@ from aw_mcp.spec.injections import InjectionSlot
 from aw_mcp.spec.world import ToolSpec
 from aw_mcp.trajectory.records import CallRecord, FaultEntry, utc_now
 
+CANCELLED = "cancelled by the client"
 
-@dataclass(eq=False, kw_only=True)
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Call:
     """One call's context, from the moment it is claimed to its commit."""
 
@@ -33,36 +38,29 @@ class Call:
     index: int  # claimed when the call starts, so overlapping calls stay ordered
     report: Reporter | None = None
     time: str = field(default_factory=utc_now)
-    # what the faults read or change
+    notice: str | None = None  # the backend's label for all its answers (the demo backend's)
+    # what the faults read
     seed: int
     slots: Mapping[str, InjectionSlot]
     catalog: Catalog
-    # the faults: those that fired (spec order), and how each appears in the trajectory
-    firings: list[Firing] = field(default_factory=list)
+    # the faults that fire on this call (spec order), and how each appears in the trajectory, as decided
+    firings: tuple[Firing, ...] = ()
     faults: list[FaultEntry] = field(default_factory=list)
-    # the world model's attempts
-    notes: list[str] | None = None  # what earlier calls established, read once, at the first generation
-    messages_hash: str | None = None
-    compacted: int = 0
-    attempts: int = 0
-    raw: str | None = None
-    reasoning: str | None = None
-    notice: str | None = None  # set when the answers are not the world model's (the demo backend)
-    # what the agent will see (None: the outcome's text) and what the world keeps
-    observation: str | None = None
-    structured: Any = None
-    truth: str | None = None  # the world model's own observation, when a fault changed what the agent saw
-    in_history: bool = True
-    error: str | None = None
 
     @property
     def values(self) -> dict[str, Any]:
         """What a fault's `{placeholder}` templates may name: the arguments, and `tool`."""
         return {**self.arguments, "tool": self.tool.name}
 
-    def record(self, *, latency_ms: float, is_error: bool = False, shown: str | None = None) -> CallRecord:
-        """The trajectory's record of this call, as it stands (`shown`: the text the agent got, recorded as the
-        observation when the call set none)."""
+    def log(self, entry: FaultEntry) -> FaultEntry:
+        """A fault's trajectory entry, in the order the phases decide them."""
+        self.faults.append(entry)
+        return entry
+
+    def record(self, answer: Answer | None, *, latency_ms: float) -> CallRecord:
+        """The trajectory's record of this call from its final answer (None: the client gave up before there was
+        one), with the faults it met."""
+        generated = (answer.generated if answer is not None else None) or Generated()
         return CallRecord(
             world=self.world,
             session=self.session.id,
@@ -70,19 +68,19 @@ class Call:
             tool=self.tool.name,
             arguments=self.arguments,
             time=self.time,
-            messages_hash=self.messages_hash,
-            raw=self.raw,
-            reasoning=self.reasoning,
-            observation=self.observation if self.observation is not None else shown,
-            structured=self.structured,
-            is_error=is_error,
+            messages_hash=generated.messages_hash,
+            raw=generated.raw,
+            reasoning=generated.reasoning,
+            observation=answer.recorded_observation if answer is not None else None,
+            structured=answer.structured if answer is not None else None,
+            is_error=answer.is_error if answer is not None else False,
             latency_ms=latency_ms,
-            error=self.error,
+            error=answer.error if answer is not None else CANCELLED,
             faults=self.faults,
-            attempts=self.attempts,
-            truth=self.truth,
-            in_history=self.in_history,
-            notice=self.notice,
-            compacted=self.compacted,
+            attempts=generated.attempts,
+            truth=answer.truth if answer is not None else None,
+            in_history=answer.in_history if answer is not None else False,
+            notice=generated.notice or self.notice,
+            compacted=generated.compacted,
             forked_from=self.session.forked_from,
         )

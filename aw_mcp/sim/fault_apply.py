@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from aw_mcp.prompt.render import render_result
+from aw_mcp.sim.answer import Answer, Skipped
 from aw_mcp.sim.fault_planner import Firing, uniform
 from aw_mcp.sim.progress import Reporter
 from aw_mcp.spec.faults import (
@@ -166,15 +167,8 @@ def _phrase(status: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# shape faults on an answer: (text, structured) → (text, structured) or None when the fault cannot apply
+# shape faults on an answer: what the agent sees changed, or Skipped when the fault cannot apply
 # ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    text: str
-    structured: Any = None
-    is_error: bool = False
 
 
 def _map_lists(value: Any, change: Callable[[list[Any]], list[Any]]) -> tuple[Any, bool]:
@@ -198,28 +192,28 @@ def _fits(tool: ToolSpec, value: Any) -> bool:
 
 def _structured_change(
     tool: ToolSpec, answer: Answer, change: Callable[[list[Any]], list[Any]]
-) -> Answer | str:
+) -> Answer | Skipped:
     changed, found = _map_lists(answer.structured, change)
     if not found:
-        return "the structured result has no list to change"
+        return Skipped("the structured result has no list to change")
     if not _fits(tool, changed):
-        return "the changed result would violate outputSchema, so it was left as it was"
+        return Skipped("the changed result would violate outputSchema, so it was left as it was")
     return Answer(render_result(changed), changed)
 
 
-def truncate(fault: TruncateFault, tool: ToolSpec, answer: Answer) -> Answer | str:
+def truncate(fault: TruncateFault, tool: ToolSpec, answer: Answer) -> Answer | Skipped:
     if tool.structured and answer.structured is not None:
         return _structured_change(tool, answer, lambda xs: xs[: math.floor(len(xs) * fault.keep)])
     return Answer(answer.text[: max(1, math.floor(len(answer.text) * fault.keep))] if answer.text else "")
 
 
-def empty(fault: EmptyFault, tool: ToolSpec, answer: Answer) -> Answer | str:
+def empty(fault: EmptyFault, tool: ToolSpec, answer: Answer) -> Answer | Skipped:
     if tool.structured and answer.structured is not None:
         return _structured_change(tool, answer, lambda xs: [])
     return Answer("")
 
 
-def oversized(fault: OversizedFault, tool: ToolSpec, answer: Answer) -> Answer | str:
+def oversized(fault: OversizedFault, tool: ToolSpec, answer: Answer) -> Answer | Skipped:
     if tool.structured and answer.structured is not None:
         size = max(1, len(json.dumps(answer.structured, ensure_ascii=False)))
         factor = math.ceil(fault.size_chars / size)
@@ -249,7 +243,7 @@ def inject(
     answer: Answer,
     slots: dict[str, InjectionSlot],
     values: dict[str, Any],
-) -> Answer | str:
+) -> Answer | Skipped:
     text = fill_template(fault.text if fault.text is not None else slots[fault.slot].text, values)
 
     def place(original: str) -> str:
@@ -259,7 +253,7 @@ def inject(
         return Answer(place(answer.text))
     path = fault.field.split(".") if fault.field else _longest_string(answer.structured)
     if path is None:
-        return "the structured result has no string field to carry the injection"
+        return Skipped("the structured result has no string field to carry the injection")
     changed = json.loads(json.dumps(answer.structured))
     node = changed
     try:
@@ -267,12 +261,12 @@ def inject(
             node = node[int(key)] if isinstance(node, list) else node[key]
         last = int(path[-1]) if isinstance(node, list) else path[-1]
         if not isinstance(node[last], str):
-            return f"field {'.'.join(path)} is not a string"
+            return Skipped(f"field {'.'.join(path)} is not a string")
         node[last] = place(node[last])
     except (KeyError, IndexError, ValueError, TypeError):
-        return f"the structured result has no field {'.'.join(path)}"
+        return Skipped(f"the structured result has no field {'.'.join(path)}")
     if not _fits(tool, changed):
-        return "the injected result would violate outputSchema, so it was left as it was"
+        return Skipped("the injected result would violate outputSchema, so it was left as it was")
     return Answer(render_result(changed), changed)
 
 

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from typing import Any
 
-from aw_mcp.prompt.budget import HISTORY_OBSERVATION_CHARS, clip_text, clip_value
+from aw_mcp.prompt.budget import (
+    HISTORY_OBSERVATION_CHARS,
+    clip_text,
+    clip_value,
+    compaction_note,
+    estimate_tokens,
+)
 from aw_mcp.prompt.render import Turn
-from aw_mcp.prompt.transcript import Transcript
+from aw_mcp.prompt.transcript import Prompt, Transcript
 from aw_mcp.sim.ledger import Ledger
 from aw_mcp.spec.world import WorldSpec
 from aw_mcp.trajectory.records import (
@@ -42,7 +50,7 @@ class WorldSession:
         self.records: list[CallRecord] = []
         self.listings: list[ListingRecord] = []  # the tools/list requests answered in this session
         self._next_index = 0
-        self.compacted = 0  # earliest history turns no longer shown to the world model (only grows)
+        self.compacted = 0  # earliest history turns no longer shown to the world model (only grows: `fit`)
         self.busy = 0  # calls in flight: a busy session is never evicted
         self.last_used = time.monotonic()
         self.forked_from: ForkPoint | None = None  # set on a fork: its new records say where they came from
@@ -89,6 +97,32 @@ class WorldSession:
         """Replay a recorded call into this session (for --resume)."""
         self._next_index = max(self._next_index, record.index + 1)
         self.add(record)
+
+    # --- compaction: what of the history the world model is shown --------------------------------------------------
+
+    def fit(
+        self, system_prompt: str, tool: str, arguments: dict[str, Any], notes: Sequence[str], budget: int
+    ) -> tuple[Prompt, int] | None:
+        """The prompt for a call with as much recent history as fits `budget` tokens (the oldest turns go first, a
+        note says so), and the first turn it shows; None when not even the prompt without history fits.
+        Compaction only grows, so later prompts share a prefix."""
+        start = min(self.compacted, len(self.history))
+        while True:
+            shown_notes = [compaction_note(start), *notes] if start else notes
+            prompt = self.transcript.prompt(system_prompt, tool, arguments, shown_notes, start=start)
+            if estimate_tokens(prompt.messages, prompt.chars) <= budget:
+                break
+            if start >= len(self.history):
+                return None
+            # Drop at least a quarter of what is shown, so a long session compacts in a few steps, not thousands.
+            start += max(1, (len(self.history) - start) // 4)
+        self.compacted = max(self.compacted, start)
+        return prompt, start
+
+    def overflowed(self) -> None:
+        """The model's server counted more tokens than the estimate: show it half the remaining turns next time."""
+        shown = len(self.history) - self.compacted
+        self.compacted += max(1, (shown + 1) // 2) if shown else 0
 
 
 class SessionKeyError(ValueError):

@@ -1,12 +1,14 @@
 """The call pipeline: validate arguments → perturb (before) → world model → parse/validate → perturb (after) → record.
 
-Every failure inside a call becomes an `isError` outcome the agent can read; only an unknown tool is a protocol
-error (the server maps UnknownToolError to JSON-RPC -32602), and a `protocol_error` fault asks for one on purpose.
+Every failure inside a call becomes an `isError` answer the agent can read; only an unknown tool is a protocol error
+(the server maps UnknownToolError to JSON-RPC -32602), and a `protocol_error` fault asks for one on purpose.
 
-One `Call` (aw_mcp/sim/call.py) carries the call through every step here and in `perturb/fault_phases.py`, which applies
-the perturbations that fire on it, each by its kind's entry in `perturb/fault_kinds.py`: before the world model (delay,
-abort, replay, instruct) and after it (shape; then catalog changes). Their order is listed there and in the README,
-"Perturbations". The call's record is built from the `Call` once, when it commits.
+One `Call` (call.py) is the context every step here and in `fault_phases.py` reads; each step returns an `Answer`
+(answer.py) that the next one takes, and none is written back. The perturbations that fire on a call are applied by
+`fault_phases.py`, each by its kind's entry in `fault_kinds.py`: before the world model (delay, abort, replay,
+instruct) and after it (shape; then catalog changes); docs/perturbations.md lists the order. The call's record is
+built from its final answer once, when it commits; the session keeps its history and decides what of it a prompt
+shows (`WorldSession.fit`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import re
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,8 +39,6 @@ from aw_mcp.core.model_io import (
 )
 from aw_mcp.prompt.budget import (
     DEFAULT_CONTEXT_TOKENS,
-    compaction_note,
-    estimate_tokens,
     is_context_overflow,
     prompt_budget,
 )
@@ -45,8 +46,8 @@ from aw_mcp.prompt.catalog import CatalogForm
 from aw_mcp.prompt.constraint import constraint_for
 from aw_mcp.prompt.parse import parse_answer, parse_json_observation
 from aw_mcp.prompt.render import catalog_form, render_result, render_system_prompt
-from aw_mcp.prompt.transcript import Prompt
 from aw_mcp.sim import fault_apply, fault_kinds, fault_phases
+from aw_mcp.sim.answer import Answer, Generated
 from aw_mcp.sim.call import Call
 from aw_mcp.sim.fault_planner import Planner
 from aw_mcp.sim.progress import Reporter, monotonic
@@ -76,29 +77,52 @@ class UnknownToolError(UserError, LookupError):
         self.name = name
 
 
-@dataclass
+@dataclass(frozen=True)
 class CallOutcome:
-    text: str
-    structured: Any = None
-    is_error: bool = False
-    record: CallRecord | None = None
-    protocol_error: tuple[int, str] | None = (
-        None  # (JSON-RPC code, message): answer with an error, not a result
-    )
-    catalog_changed: bool = False  # the tool list changed: the server notifies clients
+    """A committed call: its final answer and its trajectory record (`committed`: False when the trajectory could
+    not be written, and the answer then says so)."""
+
+    answer: Answer
+    record: CallRecord
+    committed: bool = True
+
+    @property
+    def text(self) -> str:
+        return self.answer.text
+
+    @property
+    def structured(self) -> Any:
+        return self.answer.structured
+
+    @property
+    def is_error(self) -> bool:
+        return self.answer.is_error
+
+    @property
+    def protocol_error(self) -> tuple[int, str] | None:
+        """(JSON-RPC code, message): answer the request with this error, not a result."""
+        return self.answer.protocol_error
+
+    @property
+    def catalog_changed(self) -> bool:
+        """The tool list changed: the server notifies clients."""
+        return fault_phases.changed_catalog(self.record.faults)
 
     def result(self) -> types.CallToolResult:
         """The MCP result the agent gets (over MCP and through aw_mcp.Env alike): the observation, a line saying
         so when the answer is not the world model's (demo), structured content unless it is an error."""
         content = [types.TextContent(type="text", text=self.text)]
-        notice = self.record.notice if self.record is not None else None
-        if notice:
-            content.append(types.TextContent(type="text", text=f"[{notice}]"))
+        if self.record.notice:
+            content.append(types.TextContent(type="text", text=f"[{self.record.notice}]"))
         return types.CallToolResult(
             content=content,
             structured_content=self.structured if not self.is_error else None,
             is_error=self.is_error,
         )
+
+
+OnCommit = Callable[[CallRecord], Awaitable[None]]
+"""Told each record a call commits (the unknown-tool and cancelled ones too), shielded from cancellation."""
 
 
 def params_from_settings(settings: ModelSettings) -> GenerationParams:
@@ -201,15 +225,16 @@ class Simulator:
         arguments: dict[str, Any] | None,
         session_key: str | None = None,
         report: Reporter | None = None,
+        on_commit: OnCommit | None = None,
     ) -> CallOutcome:
         arguments = dict(arguments or {})
         session = self.registry.get(session_key)
         tool = self.catalog.get(name)
         if tool is None:
-            raise await self._record_unknown(name, arguments, session)
+            raise await self._record_unknown(name, arguments, session, on_commit)
         session.busy += 1
         try:
-            return await self._commit(self._start(tool, arguments, session, report))
+            return await self._commit(self._start(tool, arguments, session, report), on_commit)
         finally:
             session.busy -= 1
             session.last_used = self.registry.clock()
@@ -225,14 +250,21 @@ class Simulator:
             session=session,
             index=session.claim_index(),
             report=monotonic(report),
+            notice=getattr(self.backend, "notice", None),
             seed=self.world.seed,
             slots=self.slots,
             catalog=self.catalog,
-            notice=getattr(self.backend, "notice", None),
         )
 
+    async def _save(self, session: WorldSession, record: CallRecord, on_commit: OnCommit | None) -> None:
+        """Commit one record (RecordingError: it was not), and tell `on_commit`."""
+        await self.registry.commit(session, record)
+        if on_commit is not None:
+            with anyio.CancelScope(shield=True):
+                await on_commit(record)
+
     async def _record_unknown(
-        self, name: str, arguments: dict[str, Any], session: WorldSession
+        self, name: str, arguments: dict[str, Any], session: WorldSession, on_commit: OnCommit | None
     ) -> UnknownToolError:
         """A call to a tool the world does not have (never had, or a catalog change removed) is recorded, so a
         report can tell that the agent kept using a removed tool; returns the error that refuses it."""
@@ -250,50 +282,46 @@ class Simulator:
             in_history=False,
         )
         try:
-            await self.registry.commit(session, record)
+            await self._save(session, record, on_commit)
         except RecordingError as exc:
             log.warning("call to unknown tool %r not recorded: %s", name, exc)
         return error
 
-    async def _commit(self, call: Call) -> CallOutcome:
-        """One call, committed once: its record, built from the call, is written ahead and only then enters the
-        session's history; a call the client gave up on is recorded as cancelled, whatever answer arrived after."""
+    async def _commit(self, call: Call, on_commit: OnCommit | None) -> CallOutcome:
+        """One call, committed once: its record, built from the final answer, is written ahead and only then enters
+        the session's history; a call the client gave up on is recorded as cancelled, whatever answer arrived
+        after."""
         name = call.tool.name
         started = time.perf_counter()
         try:
-            outcome = await self._run(call)
+            answer = await self._run(call)
             await anyio.lowlevel.checkpoint_if_cancelled()  # the client gave up while the answer arrived
         except anyio.get_cancelled_exc_class():
-            call.error = "cancelled by the client"
-            call.in_history = False
-            record = call.record(latency_ms=(time.perf_counter() - started) * 1000)
+            record = call.record(None, latency_ms=(time.perf_counter() - started) * 1000)
             with contextlib.suppress(RecordingError):
-                await self.registry.commit(call.session, record)
+                await self._save(call.session, record, on_commit)
             raise
         except Exception as exc:  # a bug must cost one call, never the server
-            outcome = CallOutcome(f"Internal simulator error while calling {name}: {exc}", is_error=True)
-            call.error = f"{type(exc).__name__}: {exc}"
-        record = call.record(
-            latency_ms=(time.perf_counter() - started) * 1000, is_error=outcome.is_error, shown=outcome.text
-        )
-        outcome.record = record
-        outcome.catalog_changed = fault_phases.changed_catalog(record.faults)
-        try:
-            await self.registry.commit(call.session, record)
-        except RecordingError as exc:  # the world did not take this call in: neither may the agent
-            return CallOutcome(
-                f"The call to {name} could not be recorded, so it did not happen: {exc}",
+            answer = Answer(
+                f"Internal simulator error while calling {name}: {exc}",
                 is_error=True,
-                record=record,
+                error=f"{type(exc).__name__}: {exc}",
             )
-        return outcome
+        record = call.record(answer, latency_ms=(time.perf_counter() - started) * 1000)
+        try:
+            await self._save(call.session, record, on_commit)
+        except RecordingError as exc:  # the world did not take this call in: neither may the agent
+            refused = Answer(
+                f"The call to {name} could not be recorded, so it did not happen: {exc}", is_error=True
+            )
+            return CallOutcome(refused, record, committed=False)
+        return CallOutcome(answer, record)
 
-    async def _run(self, call: Call) -> CallOutcome:
+    async def _run(self, call: Call) -> Answer:
         problems = call.tool.argument_problems(call.arguments)
         if problems:
-            call.error = "invalid arguments"
             text = f"Invalid arguments for tool {call.tool.name}: " + "; ".join(problems)
-            return CallOutcome(text, is_error=True)
+            return Answer(text, is_error=True, error="invalid arguments")
         pending = [p for p in self.perturbations if p.name not in self.catalog.applied]
         history = (
             [
@@ -303,111 +331,87 @@ class Simulator:
             if pending
             else []
         )
-        call.firings = self.planner.plan(
-            call.session.id, history, call.tool.name, call.arguments, only=pending
-        )
+        firings = self.planner.plan(call.session.id, history, call.tool.name, call.arguments, only=pending)
+        call = replace(call, firings=tuple(firings))  # the same fault log: a cancel still records its entries
         try:
             return await self._perturbed(call)
         finally:
             fault_phases.change_catalog(call)
 
-    async def _perturbed(self, call: Call) -> CallOutcome:
+    async def _perturbed(self, call: Call) -> Answer:
         """perturb (before) → [the unperturbed answer, where a fault wants it] → prompt → world model → parse →
         perturb (after)."""
         plan = await fault_phases.before(call)
+        if plan.answer is not None and not plan.wants_truth:
+            return plan.answer
+        # What earlier calls established, read once the before-phase's waits are over.
+        notes = self._notes(call)
         if plan.wants_truth:
-            fault_phases.settle_truth(call, plan, await self._generate(call, []))
+            plan = fault_phases.settle_truth(call, plan, await self._generate(call, notes))
         if plan.answer is not None:
-            answer = plan.answer
-            return CallOutcome(
-                answer.text, answer.structured, answer.is_error, protocol_error=plan.protocol_error
-            )
-        outcome = await self._generate(call, plan.notes)
-        changed = fault_phases.after(call, plan, outcome)
-        if changed is None:
-            return outcome
-        return CallOutcome(changed.text, structured=changed.structured, is_error=changed.is_error)
+            return plan.answer
+        return fault_phases.after(call, plan, await self._generate(call, [*notes, *plan.notes]))
 
     def _tool_or_original(self, name: str) -> ToolSpec | None:
         return self.catalog.get(name) or self.world.tool(name)
 
-    async def _generate(self, call: Call, extra: list[str]) -> CallOutcome:
-        """Ask the world model for this call, with `extra` notes added to the prompt."""
+    def _notes(self, call: Call) -> list[str]:
+        session, tool = call.session, call.tool
+        notes = session.ledger.notes(session.records, self._tool_or_original)
+        if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
+            notes.append(f"This tool was added to the API during the session; its definition: {tool.wire()}")
+        return notes
+
+    async def _generate(self, call: Call, notes: list[str]) -> Answer:
+        """Ask the world model for this call, with these notes in the prompt."""
         tool, session = call.tool, call.session
-        if call.notes is None:  # what earlier calls established, read once the before-phase's waits are over
-            call.notes = session.ledger.notes(session.records, self._tool_or_original)
-            if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
-                call.notes.append(
-                    f"This tool was added to the API during the session; its definition: {tool.wire()}"
-                )
-        prompt = self._fit(call, call.notes + extra)
-        if prompt is None:
-            call.error = "prompt does not fit the context"
-            return CallOutcome(
+        budget = prompt_budget(self.context_tokens, self.params.max_tokens)
+        fitted = session.fit(self.system_prompt(session, tool.name), tool.name, call.arguments, notes, budget)
+        if fitted is None:
+            return Answer(
                 f"This call to {tool.name} cannot be simulated: its prompt alone needs more than the world "
                 f"model's context of {self.context_tokens:,} tokens (less {self.params.max_tokens:,} reserved for "
                 "the answer). Send smaller arguments.",
                 is_error=True,
+                error="prompt does not fit the context",
             )
-        call.messages_hash = prompt.hash
-        outcome = await self._generate_observation(call, prompt.messages)
-        if call.error is not None and is_context_overflow(call.error):
-            # The server counted more tokens than the estimate: show it half the remaining turns next time.
-            shown = len(session.history) - session.compacted
-            session.compacted += max(1, (shown + 1) // 2) if shown else 0
-        return outcome
+        prompt, start = fitted
+        answer = await self._generate_observation(
+            call, prompt.messages, Generated(messages_hash=prompt.hash, compacted=start)
+        )
+        if answer.error is not None and is_context_overflow(answer.error):
+            session.overflowed()  # the server counted more tokens than the estimate
+        return answer
 
     @property
     def context_tokens(self) -> int:
         configured = self.world.model.context_tokens or getattr(self.backend, "context_tokens", None)
         return int(configured or DEFAULT_CONTEXT_TOKENS)
 
-    def _fit(self, call: Call, notes: list[str]) -> Prompt | None:
-        """The prompt with as much recent history as fits the budget (the oldest turns go first), or None when
-        not even the prompt without history fits. Compaction only grows, so later prompts share a prefix."""
-        session = call.session
-        budget = prompt_budget(self.context_tokens, self.params.max_tokens)
-        start = min(session.compacted, len(session.history))
-        while True:
-            shown_notes = [compaction_note(start), *notes] if start else notes
-            prompt = session.transcript.prompt(
-                self.system_prompt(session, call.tool.name),
-                call.tool.name,
-                call.arguments,
-                shown_notes,
-                start=start,
-            )
-            if estimate_tokens(prompt.messages, prompt.chars) <= budget:
-                break
-            if start >= len(session.history):
-                return None
-            # Drop at least a quarter of what is shown, so a long session compacts in a few steps, not thousands.
-            start += max(1, (len(session.history) - start) // 4)
-        if start > session.compacted:
-            session.compacted = start
-        call.compacted = start
-        return prompt
-
-    async def _generate_observation(self, call: Call, messages: list[dict[str, str]]) -> CallOutcome:
+    async def _generate_observation(
+        self, call: Call, messages: list[dict[str, str]], prompted: Generated
+    ) -> Answer:
         """`model.timeout_s` bounds the whole call: every output retry shares one deadline."""
         timeout_s = self.world.model.timeout_s
+        tries = _Tries(prompted)
         with anyio.move_on_after(timeout_s) as deadline:
-            return await self._attempts(call, messages)
+            return await self._attempts(call, messages, tries)
         assert deadline.cancelled_caught
-        call.error = f"no valid observation within timeout_s = {timeout_s:g} s ({call.attempts} attempt(s))"
-        call.observation = None
-        return CallOutcome(
+        attempts = tries.generated.attempts
+        return Answer(
             f"The simulated tool {call.tool.name} timed out: no valid result within {timeout_s:g} s "
-            f"({call.attempts} attempt(s); model.timeout_s bounds the whole call)",
+            f"({attempts} attempt(s); model.timeout_s bounds the whole call)",
             is_error=True,
+            error=f"no valid observation within timeout_s = {timeout_s:g} s ({attempts} attempt(s))",
+            generated=tries.generated,
         )
 
-    async def _attempts(self, call: Call, messages: list[dict[str, str]]) -> CallOutcome:
+    async def _attempts(self, call: Call, messages: list[dict[str, str]], tries: _Tries) -> Answer:
         tool, report = call.tool, call.report
         done_tokens = 0
         problem = ""
         for attempt in range(self.output_retries + 1):
-            call.attempts = attempt + 1
+            tries.generated = replace(tries.generated, attempts=attempt + 1)
             params = replace(
                 self.params,
                 seed=call_seed(self.world.seed, call.index, attempt),
@@ -425,61 +429,78 @@ class Simulator:
                     messages, params, on_progress, CallRef(tool.name, call.arguments, call.index)
                 )
             except BackendError as exc:
-                call.error = str(exc)
-                return CallOutcome(f"The world model could not answer this call: {exc}", is_error=True)
+                return tries.failed(f"The world model could not answer this call: {exc}", str(exc))
             too_large = answer_size_problem(generation, params.max_answer_bytes)
             if too_large is not None:  # any backend's: the OpenAI one already stops reading there
-                call.error = str(too_large)
-                return CallOutcome(f"The world model could not answer this call: {too_large}", is_error=True)
+                return tries.failed(
+                    f"The world model could not answer this call: {too_large}", str(too_large)
+                )
             done_tokens += generation.completion_tokens or 0
-            notice = generation.extra.get("notice")
-            if isinstance(notice, str) and notice:
-                # The backend labels this answer itself (a demo answer replayed for other arguments): the MCP
-                # result and the trajectory say so.
-                call.notice = notice
-            call.raw, call.reasoning = generation.text, generation.reasoning or None
+            tries.took(generation)
             if answer_size(generation) > INLINE_ANSWER_BYTES:  # parsing and validation would hold the loop
-                observation, outcome, problem = await anyio.to_thread.run_sync(self._read, tool, generation)
+                observation, answer, problem = await anyio.to_thread.run_sync(self._read, tool, generation)
             else:
-                observation, outcome, problem = self._read(tool, generation)
+                observation, answer, problem = self._read(tool, generation)
             if observation:
-                call.observation = observation
-            if outcome is not None:
-                call.structured = outcome.structured
-                return outcome
-        call.error = f"no valid observation after {self.output_retries + 1} attempts: {problem}"
-        call.observation = None
-        return CallOutcome(
+                tries.observation = observation
+            if answer is not None:
+                return replace(answer, observation=observation, generated=tries.generated)
+        return Answer(
             f"The simulated tool {tool.name} did not produce a valid result after {self.output_retries + 1} "
             f"attempts: {problem}",
             is_error=True,
+            error=f"no valid observation after {self.output_retries + 1} attempts: {problem}",
+            generated=tries.generated,
         )
 
-    def _read(self, tool: ToolSpec, generation: Generation) -> tuple[str, CallOutcome | None, str]:
-        """The answer's observation and its outcome, or (observation, None, why it is not valid). Plain CPU work
-        with no event-loop state: a big answer is read in a worker thread."""
+    def _read(self, tool: ToolSpec, generation: Generation) -> tuple[str, Answer | None, str]:
+        """The answer's observation and what the agent gets, or (observation, None, why it is not valid). Plain
+        CPU work with no event-loop state: a big answer is read in a worker thread."""
         observation = parse_answer(generation.text, generation.reasoning).observation
         if not observation:
             return "", None, "the world model returned an empty observation"
         if not tool.structured:
             error = self.world.domain == "mcp" and looks_like_error(observation)
-            return observation, CallOutcome(observation, is_error=error), ""
-        outcome, problem = self._structured(tool, observation)
-        return observation, outcome, problem
+            return observation, Answer(observation, is_error=error), ""
+        answer, problem = self._structured(tool, observation)
+        return observation, answer, problem
 
-    def _structured(self, tool: ToolSpec, observation: str) -> tuple[CallOutcome | None, str]:
+    def _structured(self, tool: ToolSpec, observation: str) -> tuple[Answer | None, str]:
         """A structured observation that validates, a realistic error, or (None, why it failed)."""
         try:
             value = parse_json_observation(observation)
         except ValueError:
             if looks_like_error(observation):
-                return CallOutcome(observation, is_error=True), ""
+                return Answer(observation, is_error=True), ""
             return None, "the observation is not JSON although the tool has an outputSchema"
         assert tool.outputSchema is not None
         value = tool.wrap_result(value)
         problem = tool.output_problem(value)
         if problem is None:
-            return CallOutcome(render_result(value), structured=value), ""
+            return Answer(render_result(value), structured=value), ""
         if looks_like_error(observation):
-            return CallOutcome(render_result(value), is_error=True), ""
+            return Answer(render_result(value), is_error=True), ""
         return None, f"the observation does not match outputSchema {problem}"
+
+
+@dataclass
+class _Tries:
+    """The world model's attempts at one call so far: kept outside the attempts, which the deadline may cut short."""
+
+    generated: Generated
+    observation: str | None = None  # the last attempt's observation, valid or not
+
+    def took(self, generation: Generation) -> None:
+        notice = generation.extra.get("notice")
+        # The backend labels this answer itself (a demo answer replayed for other arguments): the MCP result and
+        # the trajectory say so.
+        labelled = notice if isinstance(notice, str) and notice else self.generated.notice
+        self.generated = replace(
+            self.generated, raw=generation.text, reasoning=generation.reasoning or None, notice=labelled
+        )
+
+    def failed(self, text: str, error: str) -> Answer:
+        """The backend gave no answer: the call fails, recording the last observation an attempt had."""
+        return Answer(
+            text, is_error=True, error=error, observation=self.observation, generated=self.generated
+        )

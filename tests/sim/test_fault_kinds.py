@@ -12,7 +12,8 @@ import pytest
 
 from aw_mcp.eval.scorecard import OUTCOMES, score_files
 from aw_mcp.load.world import load_world_text
-from aw_mcp.sim import fault_apply, fault_kinds
+from aw_mcp.sim import fault_kinds
+from aw_mcp.sim.answer import Answer, Skipped
 from aw_mcp.sim.call import Call
 from aw_mcp.sim.fault_planner import Firing
 from aw_mcp.sim.registry import SessionRegistry
@@ -47,15 +48,13 @@ class ShoutFault(FaultSpec):
     suffix: str = "!"
 
 
-def shout(
-    call: Call, fault: ShoutFault, firing: Firing, answer: fault_apply.Answer
-) -> fault_apply.Answer | str:
+def shout(call: Call, fault: ShoutFault, firing: Firing, answer: Answer) -> Answer | Skipped:
     if not any(c.islower() for c in answer.text):
-        return "already shouting"  # fired without effect: the entry says why
-    return fault_apply.Answer(answer.text.upper() + fault.suffix)
+        return Skipped("already shouting")  # fired without effect: the entry says why
+    return Answer(answer.text.upper() + fault.suffix)
 
 
-SHOUT = fault_kinds.FaultKind(ShoutFault, "shape", shout, grade="content")
+SHOUT = fault_kinds.ShapeKind(ShoutFault, shout, grade="content")
 
 
 @pytest.fixture
@@ -86,11 +85,13 @@ def test_every_kind_a_world_may_name_has_one_entry() -> None:
 
 def test_a_kind_is_refused_twice_and_needs_a_grade_or_a_reason(shouting: fault_kinds.FaultKind) -> None:
     with pytest.raises(ValueError, match="already registered"):
-        fault_kinds.register(fault_kinds.FaultKind(ShoutFault, "shape", shout, grade="content"))
+        fault_kinds.register(fault_kinds.ShapeKind(ShoutFault, shout, grade="content"))
     with pytest.raises(ValueError, match="either grade"):
-        fault_kinds.register(fault_kinds.FaultKind(ShoutFault, "shape", shout))
+        fault_kinds.register(fault_kinds.ShapeKind(ShoutFault, shout))
     with pytest.raises(ValueError, match="grade 'loudness'"):
-        fault_kinds.register(fault_kinds.FaultKind(ShoutFault, "shape", shout, grade="loudness"))  # type: ignore[arg-type]
+        fault_kinds.register(fault_kinds.ShapeKind(ShoutFault, shout, grade="loudness"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="make it one of DelayKind, AbortKind"):  # the phase is the class
+        fault_kinds.register(fault_kinds.FaultKind(ShoutFault, shout, grade="content"))
 
 
 @pytest.mark.anyio
