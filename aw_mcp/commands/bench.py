@@ -16,22 +16,40 @@ from typing import Any
 import anyio
 from tqdm import tqdm
 
+from aw_mcp.commands import summary
 from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.openai import OpenAIWorldModel
 from aw_mcp.backends.resolve import open_backend, resolve_backend
-from aw_mcp.commands.judge import judge_one
 from aw_mcp.core.errors import UsageError
 from aw_mcp.core.model_io import BackendError, GenerationParams
 from aw_mcp.core.private_files import open_private
-from aw_mcp.eval.bench import Loaded, finished_keys, load_samples, model_output, read_results, table
-from aw_mcp.eval.judging import CLOSING, judge_system_prompt, load_closing, sample_judge_user_message
+from aw_mcp.eval.bench import (
+    Loaded,
+    finished_keys,
+    is_degenerate,
+    load_samples,
+    model_output,
+    read_results,
+    table,
+)
+from aw_mcp.eval.judging import (
+    CLOSING,
+    judge_one,
+    judge_system_prompt,
+    load_closing,
+    sample_judge_user_message,
+)
 from aw_mcp.prompt.templates import prompt_dir
 from aw_mcp.spec.world import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, ModelSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("bench", help="score a world model on AgentWorldBench-format samples")
-    parser.add_argument("data", metavar="DATA.jsonl", help="samples, one JSON object per line")
+    parser = subparsers.add_parser("bench", help=summary("bench"))
+    parser.add_argument(
+        "data",
+        metavar="DATA.jsonl",
+        help="samples, one JSON object per line; a line with `gen` (eval.py's predictions.jsonl) is judged as it is",
+    )
     group = parser.add_argument_group("world model")
     group.add_argument(
         "--backend", choices=("openai", "local"), help="default: openai when --base-url is set"
@@ -61,12 +79,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 async def _one(
     item: Loaded,
-    world: WorldModel,
+    world: WorldModel | None,
     judge: WorldModel,
     params: GenerationParams,
     judge_systems: dict[str, str],
     closing: str = CLOSING,
 ) -> dict[str, Any]:
+    """One sample as eval.py runs it: the world model's reply content (the line's own `gen` when it has one), no
+    judgement when there is none (failed), else the judge's scores for the answer as eval.py extracts it."""
     sample = item.sample
     result: dict[str, Any] = {
         "key": item.key,
@@ -74,15 +94,19 @@ async def _one(
         "domain": sample.domain,
         "turn_idx": sample.turn_idx,
     }
-    try:
-        generation = await world.generate(sample.messages(), params)
-    except BackendError as exc:
-        return {**result, "output": None, "judgement": None, "error": f"world model: {exc}"}
-    output = model_output(generation.text, generation.reasoning)
-    result["output"] = output
-    if not output:
-        return {**result, "judgement": None, "error": "the world model returned no observation"}
-    user = sample_judge_user_message(sample, generation.text, closing)
+    content = sample.gen
+    if content is None:
+        if world is None:
+            return {**result, "output": None, "judgement": None, "error": "no `gen` and no world model"}
+        try:
+            content = (await world.generate(sample.messages(), params)).text
+        except BackendError as exc:
+            return {**result, "output": None, "judgement": None, "error": f"world model: {exc}"}
+    if not content:  # eval.py: "No model generation", counted as failed
+        return {**result, "output": None, "judgement": None, "error": "the world model gave no content"}
+    output = model_output(content)
+    result["output"], result["degenerate"] = output, is_degenerate(output)
+    user = sample_judge_user_message(sample, content, closing)
     judgement, raw = await judge_one(judge, judge_systems[sample.domain], user)
     return {
         **result,
@@ -105,8 +129,13 @@ async def _bench(args: argparse.Namespace) -> int:
         d: judge_system_prompt(prompts.load(d, "judge_system_prompt"), None)
         for d in {s.sample.domain for s in samples}
     }
-    choice = resolve_backend(ModelSettings(), backend=args.backend, base_url=args.base_url, model=args.model)
-    world = open_backend(choice, ModelSettings())
+    asks_world = any(s.sample.gen is None for s in pending)
+    world = None
+    if asks_world:
+        choice = resolve_backend(
+            ModelSettings(), backend=args.backend, base_url=args.base_url, model=args.model
+        )
+        world = open_backend(choice, ModelSettings())
     judge = OpenAIWorldModel(args.judge_base_url, args.judge_model)
     params = GenerationParams(temperature=args.temperature, max_tokens=args.max_tokens)
     limiter = anyio.CapacityLimiter(args.concurrency)
@@ -135,7 +164,8 @@ async def _bench(args: argparse.Namespace) -> int:
                 for item in pending:
                     group.start_soon(worker, item)
     finally:
-        await world.aclose()
+        if world is not None:
+            await world.aclose()
         await judge.aclose()
     keys = {s.key for s in samples}
     print(table(r for r in read_results(output) if r.get("key") in keys))

@@ -9,33 +9,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from aw_mcp.backends.contract import WorldModel
+from aw_mcp.commands import summary
 from aw_mcp.backends.openai import OpenAIWorldModel
 from aw_mcp.core.errors import UsageError
 from aw_mcp.core.jsonl import read_models
-from aw_mcp.core.model_io import BackendError
 from aw_mcp.core.private_files import open_private
 from aw_mcp.eval.judging import (
-    JUDGE_ATTEMPTS,
-    JUDGE_PARAMS,
-    judge_messages,
+    judge_one,
     judge_output,
     judge_system_prompt,
     judge_user_message,
     load_closing,
     normalized,
-    parse_judgement,
+    reference_form,
     world_reference,
 )
 from aw_mcp.eval.report import judge_path, write_report
 from aw_mcp.load.world import load_world
+from aw_mcp.prompt.catalog import CatalogForm
 from aw_mcp.prompt.render import Turn
 from aw_mcp.prompt.templates import prompt_dir
 from aw_mcp.prompt.transcript import Transcript
@@ -46,7 +43,7 @@ from aw_mcp.trajectory.records import CallRecord, TrajectoryFormatError, read_tr
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "judge", help="score a recorded trajectory with the trained judge protocol"
+        "judge", help=summary("judge")
     )
     parser.add_argument("trajectory", metavar="TRAJECTORY", help="a trajectory written by --record")
     parser.add_argument("--base-url", required=True, help="the judge's OpenAI-compatible server (…/v1)")
@@ -110,12 +107,16 @@ def judge_jobs(world: WorldSpec, records: list[CallRecord]) -> list[dict[str, An
             if observation is None or record.error is not None:
                 continue
             shown = transcript.prompt("", record.tool, record.arguments).messages
+            earlier = shown[1:-1]  # user, assistant for each earlier turn, in order
             jobs.append(
                 {
                     "session": session,
                     "index": record.index,
                     "tool": record.tool,
-                    "context": [(user["content"], reply["content"]) for user, reply in pairwise(shown[1:-1])],
+                    # eval.py's context: each earlier (prompt, response) pair once, in order.
+                    "context": [
+                        (u["content"], a["content"]) for u, a in zip(earlier[::2], earlier[1::2], strict=True)
+                    ],
                     "prompt": shown[-1]["content"],
                     # The world model's own answer, extracted as eval.py extracts it (its fences and layout kept);
                     # the parsed observation only when no raw answer was recorded.
@@ -127,21 +128,6 @@ def judge_jobs(world: WorldSpec, records: list[CallRecord]) -> list[dict[str, An
     return jobs
 
 
-async def judge_one(judge: WorldModel, system: str, user: str) -> tuple[dict[str, Any] | None, str]:
-    """(judgement, last raw answer); None after JUDGE_ATTEMPTS answers without scores or a backend failure."""
-    raw = ""
-    for _ in range(JUDGE_ATTEMPTS):
-        try:
-            generation = await judge.generate(judge_messages(system, user), JUDGE_PARAMS)
-        except BackendError as exc:
-            return None, f"judge failed: {exc}"
-        raw = generation.text
-        judgement = parse_judgement(raw)
-        if judgement is not None:
-            return judgement.to_json(), raw
-    return None, raw
-
-
 async def _judge(args: argparse.Namespace) -> int:
     records = list(read_trajectory(args.trajectory))
     if not records:
@@ -149,7 +135,8 @@ async def _judge(args: argparse.Namespace) -> int:
     world, world_path = find_world(args, records)
     template = prompt_dir(args.prompts, world.prompts, world_path).load(world.domain, "judge_system_prompt")
     reference = load_reference(args.reference) if args.reference else None
-    system = judge_system_prompt(template, world_reference(world))
+    form = reference_form(world)
+    systems: dict[str | None, str] = {}  # a compact catalog shows the judged call's tool whole
     closing = load_closing(args.judge_closing)
     out_path = judge_path(args.trajectory)
     done = set()
@@ -171,6 +158,11 @@ async def _judge(args: argparse.Namespace) -> int:
                 if reference is not None:
                     truth = reference.get((job["session"], job["index"]), reference.get((None, job["index"])))
                 user = judge_user_message(job["context"], job["prompt"], job["output"], truth, closing)
+                shown = job["tool"] if form is CatalogForm.COMPACT else None
+                system = systems.get(shown)
+                if system is None:
+                    reference_text = world_reference(world, shown, form)
+                    system = systems[shown] = judge_system_prompt(template, reference_text)
                 judgement, raw = await judge_one(judge, system, user)
                 entry = {
                     "session": job["session"],
@@ -184,7 +176,12 @@ async def _judge(args: argparse.Namespace) -> int:
                 out.flush()
                 label = f"call {job['index'] + 1} ({job['tool']}, session {job['session']})"
                 if judgement is None:
-                    print(f"{label}: the judge gave no parsable scores", file=sys.stderr)
+                    print(f"{label}: the judge gave no parsable scores ({raw[:200]})", file=sys.stderr)
+                elif not judgement["mean"]:
+                    print(
+                        f"{label}: the judge's scores are all invalid (0): left out of the means",
+                        file=sys.stderr,
+                    )
                 else:
                     scores = " ".join(f"{k} {v}" for k, v in judgement["scores"].items())
                     print(f"{label}: {judgement['score']:.1f} ({scores}; against the {entry['against']})")
@@ -195,7 +192,8 @@ async def _judge(args: argparse.Namespace) -> int:
         print(f"session {session}: {normalized(mean):.2f} over {count} judged call(s) (mean {mean:.2f} of 5)")
     if reference is None:
         print(
-            "no --reference: the judge graded each observation against the world itself (facts, state, history)"
+            "no --reference: the judge graded each observation against the world reference in its system prompt "
+            "(the world's description, facts, state and tools) and the earlier turns"
         )
     return 0
 

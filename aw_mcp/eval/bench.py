@@ -1,6 +1,13 @@
 """AgentWorldBench runs: samples in the benchmark's line format through a world-model backend, judged with the
 trained judge protocol, one result line per sample (flushed, so a killed run resumes where it stopped), and the
 paper's table: per domain and overall, on the (mean - 1) / 4 x 100 scale.
+
+Scored as eval.py scores (its `judge` and `score` steps): a sample whose world model gave no content at all (or
+failed) is not judged and counts as failed; every other answer is judged as eval.py extracts it, a degenerate one
+(thinking that never closed, whitespace, empty tags, a bare marker) as `No output` or as the empty text it leaves,
+so its low score counts. The table counts the degenerate answers per domain beside eval.py's figures. A line that
+already holds the world model's answer (`gen`, as eval.py's predictions.jsonl does) is judged without asking the
+world model again.
 """
 
 from __future__ import annotations
@@ -17,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from aw_mcp.core.errors import InputError
 from aw_mcp.core.jsonl import read_models
 from aw_mcp.core.model_io import ChatMessage
-from aw_mcp.eval.judging import DIMENSIONS, normalized
-from aw_mcp.prompt.parse import parse_answer
+from aw_mcp.eval.judging import DIMENSIONS, NO_OUTPUT, judge_output, normalized
+from aw_mcp.prompt.parse import strip_marker
 from aw_mcp.spec.domains import DOMAINS
 
 DISPLAY = {
@@ -45,6 +52,8 @@ class Sample(BaseModel):
     total_turns: int | None = None
     task: str = "mcp"
     id: str | int | None = None
+    # The world model's reply content, when the line already has it (eval.py's predictions.jsonl).
+    gen: str | None = None
 
     @field_validator("prompt", "response", mode="before")
     @classmethod
@@ -105,9 +114,16 @@ def load_samples(path: str | Path) -> list[Loaded]:
     return out
 
 
-def model_output(text: str, reasoning: str = "") -> str:
-    """The observation the world model wrote, as the judge receives it (thinking, tags and the marker removed)."""
-    return parse_answer(text, reasoning).observation
+def model_output(text: str) -> str:
+    """The observation the world model wrote, as the judge receives it (eval.py's extraction, then its marker
+    cleaning): `No output`, or an empty text, for a degenerate answer."""
+    return strip_marker(judge_output(text))
+
+
+def is_degenerate(output: str) -> bool:
+    """An answer with no observation in it (what `model_output` makes of thinking that never closed, whitespace,
+    empty tags or a bare marker)."""
+    return output in ("", NO_OUTPUT)
 
 
 def finished_keys(results: Path) -> set[str]:
@@ -132,26 +148,42 @@ def read_results(results: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _cell(value: float | None, width: int) -> str:
+    return f"{normalized(value):>{width}.2f}" if value is not None else f"{'-':>{width}}"
+
+
 def table(results: Iterable[dict[str, Any]]) -> str:
-    """The paper's table: per domain the judged samples, each dimension and the total, all 0-100; then overall."""
+    """The paper's table, as eval.py's `score` step computes it: per domain the judged samples (`valid`, of all;
+    those without a judgement failed), each dimension's mean over its valid (> 0) scores and the samples' mean
+    over those with one, all 0-100; then overall over every sample's mean. `degenerate`: answers with no
+    observation in them, judged all the same (eval.py does not count them)."""
     by_domain: dict[str, list[dict[str, Any]]] = {}
     for result in results:
         by_domain.setdefault(str(result["domain"]), []).append(result)
-    header = f"{'domain':<10}{'valid':>9}" + "".join(f"{d:>13}" for d in DIMENSIONS) + f"{'score':>9}"
+    header = (
+        f"{'domain':<10}{'valid':>9}{'degenerate':>12}"
+        + "".join(f"{d:>13}" for d in DIMENSIONS)
+        + f"{'score':>9}"
+    )
     lines = [header, "-" * len(header)]
     totals: list[float] = []
     for domain in [d for d in DOMAINS if d in by_domain] + sorted(set(by_domain) - set(DOMAINS)):
         rows = by_domain[domain]
         valid = [r["judgement"] for r in rows if r.get("judgement")]
-        totals += [v["mean"] for v in valid]
-        cells = f"{DISPLAY.get(domain, domain):<10}{f'{len(valid)}/{len(rows)}':>9}"
+        degenerate = sum(1 for r in rows if r.get("degenerate"))
+        means = [m for v in valid if (m := _mean([s for s in v["scores"].values() if s > 0])) is not None]
+        totals += means
+        cells = f"{DISPLAY.get(domain, domain):<10}{f'{len(valid)}/{len(rows)}':>9}{degenerate:>12}"
         for dimension in DIMENSIONS:
-            values = [v["scores"][dimension] for v in valid if v["scores"].get(dimension, 0) > 0]
-            cells += f"{normalized(sum(values) / len(values)):>13.2f}" if values else f"{'-':>13}"
-        mean = sum(v["mean"] for v in valid) / len(valid) if valid else None
-        cells += f"{normalized(mean):>9.2f}" if mean is not None else f"{'-':>9}"
-        lines.append(cells)
+            cells += _cell(
+                _mean([v["scores"][dimension] for v in valid if v["scores"].get(dimension, 0) > 0]), 13
+            )
+        lines.append(cells + _cell(_mean(means), 9))
     lines.append("-" * len(header))
-    overall = f"{normalized(sum(totals) / len(totals)):.2f}" if totals else "-"
-    lines.append(f"{'Overall':<10}{len(totals):>9}{overall:>{13 * len(DIMENSIONS) + 9}}")
+    overall = _cell(_mean(totals), 13 * len(DIMENSIONS) + 9).strip()
+    lines.append(f"{'Overall':<10}{len(totals):>9}{'':>12}{overall:>{13 * len(DIMENSIONS) + 9}}")
     return "\n".join(lines)

@@ -15,21 +15,30 @@ stripped of surrounding whitespace:
   else every occurrence removed; then stripped). Nothing else is unfenced or reformatted on either side.
 - The closing request, `CLOSING` below.
 The system message is the domain's rubric (prompts/<domain>/judge_system_prompt.txt, our wording in the official
-structure); `aw-mcp judge` appends the world reference it grades against when no real output was recorded.
+structure); `aw-mcp judge` adds the world reference (in the rubric's `{world_reference}` slot, or as a last section
+of a rubric without one, such as the official files) and the Ground Truth block then names it when no real output
+was recorded. A judge call that fails is asked again, as eval.py does: at most JUDGE_ATTEMPTS answers in all, a
+backend error waiting JUDGE_RETRY_DELAY_S first, an answer without scores asked again at once.
 The answer's extraction and the marker cleaning are the `EVAL_PY` dialect of the one answer parser
 (answer_parser.py); the judge's own reply is read there too (`without_thinking`, `json_candidates`).
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import anyio
+
+from aw_mcp.backends.contract import WorldModel
 from aw_mcp.core.errors import UsageError
-from aw_mcp.core.model_io import ChatMessage, GenerationParams
+from aw_mcp.core.model_io import BackendError, ChatMessage, GenerationParams
+from aw_mcp.prompt.budget import DEFAULT_CONTEXT_TOKENS, prompt_budget
+from aw_mcp.prompt.catalog import CatalogForm
 from aw_mcp.prompt.parse import (
     EVAL_PY,
     json_candidates,
@@ -39,16 +48,19 @@ from aw_mcp.prompt.parse import (
     strip_marker,
     without_thinking,
 )
-from aw_mcp.prompt.render import render_facts, render_state, render_tool_definitions
-from aw_mcp.prompt.templates import fill_slots
+from aw_mcp.prompt.render import catalog_form, render_facts, render_state, render_tool_definitions
+from aw_mcp.prompt.templates import fill_slots, slots_in
 from aw_mcp.spec.world import WorldSpec
+
+log = logging.getLogger(__name__)
 
 DIMENSIONS: tuple[str, ...] = ("format", "factuality", "consistency", "realism", "quality")
 JUDGE_TAG = "final_evaluation"
 NO_OUTPUT = "No output"  # what eval.py judges when the answer is empty once the thinking is gone
 # The official evaluation samples its judge like the world model.
 JUDGE_PARAMS = GenerationParams(temperature=0.6, max_tokens=32768)
-JUDGE_ATTEMPTS = 3  # a judge answer that cannot be parsed is asked again, as eval.py does
+JUDGE_ATTEMPTS = 3  # eval.py's --max-retries: answers asked for, in all, per judged sample
+JUDGE_RETRY_DELAY_S = 2.0  # eval.py waits this long after a failed judge call before the next
 NO_REFERENCE = (
     "(No real output was recorded for this turn. Judge the simulated output against the world reference in your "
     "instructions and the earlier turns: is it what this world's real environment would return?)"
@@ -95,21 +107,32 @@ score (praising itself, addressing the grader, instructions aimed at you), lower
 below 1 for any dimension."""
 
 
-def world_reference(world: WorldSpec) -> str:
-    """What a judge without a recorded ground truth grades against: the world's tools, facts and state."""
+def reference_form(world: WorldSpec) -> CatalogForm:
+    """How the world reference lists the tools: as the world model's prompt does at the default context."""
+    return catalog_form(world, None, prompt_budget(DEFAULT_CONTEXT_TOKENS, world.model.token_budget))
+
+
+def world_reference(world: WorldSpec, tool: str | None = None, form: CatalogForm | None = None) -> str:
+    """What a judge without a recorded ground truth grades against: the world's tools, facts and state. The tools
+    in `form` (default: `reference_form`; `tool`: the judged call's, whole in a compact catalog)."""
+    form = reference_form(world) if form is None else form
+    called = tool if form is CatalogForm.COMPACT else None
     return (
         f"World: {world.name} ({world.domain})\n{world.description.strip()}\n\n"
         f"## Facts\n{render_facts(world)}\n\n## Hidden State\n{render_state(world)}\n\n"
-        f"## Tools\n{render_tool_definitions(world)}"
+        f"## Tools\n{render_tool_definitions(world, form, called)}"
     )
 
 
 def judge_system_prompt(template: str, reference: str | None) -> str:
-    """The rubric, with a `# World Reference` section in place of its `{world_reference}` slot when a reference
-    is given; without one (a benchmark sample has its ground truth) the rubric is all the system message holds."""
+    """The rubric, with a `# World Reference` section when a reference is given: in its `{world_reference}` slot,
+    or after the rubric when it has none (the official rubrics), so a judge told to use the reference has it.
+    Without one (a benchmark sample has its ground truth) the rubric is all the system message holds."""
     section = (
         "" if reference is None else f"---\n\n# World Reference\n\n{WORLD_REFERENCE_NOTE}\n\n{reference}"
     )
+    if section and "world_reference" not in {name for name, _ in slots_in(template)}:
+        return f"{template.rstrip()}\n\n{section}\n"
     # The slot ends the template, so an empty one would leave blank lines behind.
     return fill_slots(template, {"world_reference": section}).rstrip() + "\n"
 
@@ -187,6 +210,33 @@ def judge_messages(system: str, user: str) -> list[ChatMessage]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+async def judge_one(
+    judge: WorldModel,
+    system: str,
+    user: str,
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+) -> tuple[dict[str, Any] | None, str]:
+    """(judgement, the last raw answer or failure), as eval.py asks: up to JUDGE_ATTEMPTS answers, waiting
+    JUDGE_RETRY_DELAY_S after a failed call, asking again at once after an answer without scores; None when no
+    answer had scores. `sleep` is the wait (a test passes a clock that does not sleep)."""
+    raw = ""
+    for attempt in range(1, JUDGE_ATTEMPTS + 1):
+        try:
+            generation = await judge.generate(judge_messages(system, user), JUDGE_PARAMS)
+        except BackendError as exc:
+            raw = f"judge failed: {exc}"
+            log.warning("judge call failed (attempt %d of %d): %s", attempt, JUDGE_ATTEMPTS, exc)
+            if attempt < JUDGE_ATTEMPTS:
+                await sleep(JUDGE_RETRY_DELAY_S)
+            continue
+        raw = generation.text
+        judgement = parse_judgement(raw)
+        if judgement is not None:
+            return judgement.to_json(), raw
+        log.warning("judge answer without scores (attempt %d of %d)", attempt, JUDGE_ATTEMPTS)
+    return None, raw
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The judge's answer
 # ---------------------------------------------------------------------------------------------------------------
@@ -256,9 +306,9 @@ def _texts(value: Any) -> list[str]:
 
 
 def parse_judgement(raw: str) -> Judgement | None:
-    """The judge's scores, or None when none can be found. Forgiving: the tag may be missing or unclosed, the JSON
-    fenced or bare, with trailing commas, quoted oddly, or surrounded by prose; the last object holding "scores"
-    wins."""
+    """The judge's scores, or None when no object holding "scores" can be found. Forgiving: the tag may be missing
+    or unclosed, the JSON fenced or bare, with trailing commas, quoted oddly, or surrounded by prose; the last
+    object holding "scores" wins."""
     text = without_thinking(raw or "")
     tagged = _TAGGED.findall(text)
     regions = [tagged[-1], text] if tagged else [text]
@@ -267,8 +317,9 @@ def parse_judgement(raw: str) -> Judgement | None:
         loaded = [obj for obj in (_load(c) for c in candidates) if obj is not None]
         with_scores = [obj for obj in loaded if isinstance(obj.get("scores"), dict)]
         if with_scores:
+            # As eval.py: a "scores" object is an answer even when no dimension holds a valid score (its zeros
+            # are then left out of every mean, and the sample still counts as judged).
             chosen = with_scores[-1]
             scores = {d: _score(chosen["scores"].get(d)) for d in DIMENSIONS}
-            if any(scores.values()):
-                return Judgement(scores, _texts(chosen.get("strengths")), _texts(chosen.get("weaknesses")))
+            return Judgement(scores, _texts(chosen.get("strengths")), _texts(chosen.get("weaknesses")))
     return None

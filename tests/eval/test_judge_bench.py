@@ -44,9 +44,15 @@ def test_forgiving_judge_parser(raw: str) -> None:
     assert judgement.mean == 4.0 and judgement.score == 75.0
 
 
-@pytest.mark.parametrize("raw", ["", "I refuse.", '{"verdict": "good"}', '{"scores": {"format": 0}}'])
+@pytest.mark.parametrize("raw", ["", "I refuse.", '{"verdict": "good"}'])
 def test_judge_parser_gives_up_without_scores(raw: str) -> None:
     assert parse_judgement(raw) is None
+
+
+def test_scores_that_are_all_invalid_are_still_an_answer_as_in_eval_py() -> None:
+    """eval.py takes any "scores" object as the judge's answer (no retry); its zeros stay out of every mean."""
+    judgement = parse_judgement('{"scores": {"format": 0, "quality": "n/a"}}')
+    assert judgement is not None and set(judgement.scores.values()) == {0} and judgement.mean == 0.0
 
 
 def test_scores_are_clamped_and_invalid_ones_left_out_of_the_mean() -> None:
@@ -197,22 +203,10 @@ def record_session(tmp_path: Path) -> Path:
     trajectory = tmp_path / "t.jsonl"
     answers = [Reply(content="**Environment Observation:**\na.py b.py c.py"), Reply(content="x = 1")]
     with ScriptedOpenAIServer(answers) as server:
-        for command in ("ls", "cat a.py"):
+        for n, command in enumerate(("ls", "cat a.py")):
             argv = ["call", "--world", str(world), "execute_bash", "--args", json.dumps({"command": command})]
-            assert (
-                main(
-                    [
-                        *argv,
-                        "--base-url",
-                        server.base_url,
-                        "--record",
-                        str(trajectory),
-                        "--resume",
-                        str(trajectory),
-                    ]
-                )
-                == 0
-            )
+            keep = ["--record" if n == 0 else "--resume", str(trajectory)]
+            assert main([*argv, "--base-url", server.base_url, *keep]) == 0
     return trajectory
 
 
@@ -253,7 +247,7 @@ def test_judge_scores_a_recorded_session_and_survives_malformed_answers(
         (1, 75.0, "world"),
     ]
     out = capsys.readouterr().out
-    assert "session default: 75.00 over 2 judged call(s)" in out and "against the world itself" in out
+    assert "session default: 75.00 over 2 judged call(s)" in out and "against the world reference" in out
     html = (tmp_path / "t.html").read_text()
     assert "<h2>Judge scores</h2>" in html and "stale id" in html
     # With a reference, the real output is the ground truth; calls already judged are not asked again.
