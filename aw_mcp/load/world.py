@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from aw_mcp.prompt.constraint import relaxation_warnings
 from aw_mcp.prompt.fit import prompt_size_problems
+from aw_mcp.prompt.templates import NO_WORLD_SLOTS, TemplateError, prompt_dir
 from aw_mcp.spec.faults import CatalogFault
 from aw_mcp.spec.issues import SpecIssue, WorldSpecError, clean_loc, expected, field_path
 from aw_mcp.spec.schema_check import keyword_problems, regex_problems
@@ -80,7 +81,25 @@ def load_issues(source: SpecSource) -> list[SpecIssue]:
         world = world_from_source(source)
     except WorldSpecError as exc:
         return list(exc.issues)
-    return schema_issues(source, world)
+    return schema_issues(source, world) + prompt_issues(source, world)
+
+
+def prompt_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
+    """The world's own `prompts:` folder, read as `serve` reads it (the template it would load, every slot
+    checked): a folder `serve` would refuse is an error here too, at the `prompts:` line."""
+    if world.prompts is None:
+        return []
+    line = source.locate(("prompts",))[0]
+    try:
+        prompts = prompt_dir(None, world.prompts, Path(source.path))
+        template = prompts.load(world.domain)
+    except TemplateError as exc:
+        message = str(exc).removeprefix(f"{source.path}: prompts: ")  # the issue names file and field itself
+        return [SpecIssue(source.path, line, "prompts", message)]
+    if not prompts.bundled and "{facts}" not in template and "{initial_state}" not in template:
+        message = f"{prompts.path(world.domain)} has no {{facts}} or {{initial_state}} slot: {NO_WORLD_SLOTS}"
+        return [SpecIssue(source.path, line, "prompts", message, "warning")]
+    return []
 
 
 def _world_from_source(source: SpecSource, size_check: bool = True) -> WorldSpec:

@@ -30,6 +30,8 @@ SLOTS_BY_KIND: dict[str, tuple[str, ...]] = {
     "judge_system_prompt": JUDGE_SLOTS,
 }
 _SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Said of a user's system prompt template without {facts} and {initial_state} (`serve` logs it, `validate` warns).
+NO_WORLD_SLOTS = "the world's facts and state are not in the system prompt"
 
 
 class TemplateError(UserError, ValueError):
@@ -37,8 +39,15 @@ class TemplateError(UserError, ValueError):
 
 
 def slots_in(text: str) -> list[tuple[str, int]]:
-    """Each `{slot}` in the template with its 1-based line."""
-    return [(m.group(1), text.count("\n", 0, m.start()) + 1) for m in _SLOT.finditer(text)]
+    """Each `{slot}` in the template with its 1-based line, in one pass (counting the lines from the previous
+    slot, not from the start: a 0.8 MB template of slots took 24 s that way)."""
+    found = []
+    line, counted = 1, 0
+    for match in _SLOT.finditer(text):
+        line += text.count("\n", counted, match.start())
+        counted = match.start()
+        found.append((match.group(1), line))
+    return found
 
 
 def fill_slots(template: str, values: dict[str, str]) -> str:

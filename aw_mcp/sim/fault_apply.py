@@ -21,6 +21,7 @@ from aw_mcp.sim.answer import Answer, Skipped
 from aw_mcp.sim.fault_planner import Firing, uniform
 from aw_mcp.sim.progress import Reporter
 from aw_mcp.spec.faults import (
+    MAX_DELAY_MS,
     CatalogFault,
     EmptyFault,
     ErrorFault,
@@ -72,7 +73,8 @@ def fill_template(template: str, values: dict[str, Any]) -> str:
 
 def latency_ms(seed: int, fault: LatencyFault, firing: Firing, tool: str, arguments: dict[str, Any]) -> float:
     u1, u2, u3 = (uniform(seed, firing.name, firing.n, tool, arguments, f"latency{k}") for k in range(3))
-    return fault.sample_ms(u1, u2, u3) * firing.scale
+    # A degrade ramp's scale has no bound of its own.
+    return min(MAX_DELAY_MS, fault.sample_ms(u1, u2, u3) * firing.scale)
 
 
 async def wait_with_progress(total_ms: float, every_ms: float, report: Reporter | None) -> None:

@@ -234,6 +234,9 @@ class Simulator:
             raise await self._record_unknown(name, arguments, session, on_commit)
         session.busy += 1
         try:
+            if session not in self._system_prompts:  # a session's first call: its world (maybe megabytes of
+                with contextlib.suppress(Exception):  # state) is rendered off the loop; a failure shows below
+                    await anyio.to_thread.run_sync(self.system_prompt, session, name)
             return await self._commit(self._start(tool, arguments, session, report), on_commit)
         finally:
             session.busy -= 1
@@ -318,7 +321,8 @@ class Simulator:
         return CallOutcome(answer, record)
 
     async def _run(self, call: Call) -> Answer:
-        problems = call.tool.argument_problems(call.arguments)
+        # In a worker thread: a big argument's check may take its whole budget (spec/check_budget.py).
+        problems = await anyio.to_thread.run_sync(call.tool.argument_problems, call.arguments)
         if problems:
             text = f"Invalid arguments for tool {call.tool.name}: " + "; ".join(problems)
             return Answer(text, is_error=True, error="invalid arguments")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    ConfigDict,
     Field,
     SerializeAsAny,
     ValidationInfo,
@@ -66,10 +67,20 @@ class Match(StrictSpecModel):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# A fault's waits are bounded, so a world that validates also serves: `fixed_ms: .inf` never returned, `sigma: 10`
+# slept 6.4e9 ms and `sigma: 1e28` overflowed. A call that must never answer is a `hang` fault without `seconds`.
+MAX_DELAY_S = 3600.0
+MAX_DELAY_MS = MAX_DELAY_S * 1000
+# A lognormal's spread: its 99.9th percentile is then ~e^12 x the median (and no delay passes MAX_DELAY_MS).
+MAX_SIGMA = 4.0
+
+
 class FaultSpec(StrictSpecModel):
     """The base of a fault kind's spec: a subclass declares `kind: Literal["<name>"]` and its parameters. Its entry
     in `perturb/kinds.py` gives the kind its phase, its effect and its grading, and makes it readable in world
-    files (`FAULT_SPECS`)."""
+    files (`FAULT_SPECS`). No number of a fault is NaN or infinite."""
+
+    model_config = ConfigDict(**StrictSpecModel.model_config, allow_inf_nan=False)
 
     kind: str
     # A degrade schedule's ramp scales this kind's effect (latency: the delay) instead of being its probability.
@@ -86,15 +97,15 @@ class LatencyFault(FaultSpec):
 
     kind: Literal["latency"]
     ramp_scales: ClassVar[bool] = True
-    fixed_ms: float | None = Field(default=None, ge=0)
-    min_ms: float | None = Field(default=None, ge=0)
-    max_ms: float | None = Field(default=None, ge=0)
-    mean_ms: float | None = Field(default=None, ge=0)
-    stddev_ms: float | None = Field(default=None, ge=0)
-    median_ms: float | None = Field(default=None, gt=0)
-    sigma: float | None = Field(default=None, ge=0)
-    jitter_ms: float = Field(default=0.0, ge=0)
-    progress_every_ms: float = Field(default=1000.0, gt=0)
+    fixed_ms: float | None = Field(default=None, ge=0, le=MAX_DELAY_MS)
+    min_ms: float | None = Field(default=None, ge=0, le=MAX_DELAY_MS)
+    max_ms: float | None = Field(default=None, ge=0, le=MAX_DELAY_MS)
+    mean_ms: float | None = Field(default=None, ge=0, le=MAX_DELAY_MS)
+    stddev_ms: float | None = Field(default=None, ge=0, le=MAX_DELAY_MS)
+    median_ms: float | None = Field(default=None, gt=0, le=MAX_DELAY_MS)
+    sigma: float | None = Field(default=None, ge=0, le=MAX_SIGMA)
+    jitter_ms: float = Field(default=0.0, ge=0, le=MAX_DELAY_MS)
+    progress_every_ms: float = Field(default=1000.0, gt=0, le=MAX_DELAY_MS)
 
     @model_validator(mode="after")
     def _one_distribution(self) -> LatencyFault:
@@ -125,7 +136,8 @@ class LatencyFault(FaultSpec):
         return self
 
     def sample_ms(self, u1: float, u2: float, u3: float) -> float:
-        """A delay from three independent uniform draws in [0, 1)."""
+        """A delay from three independent uniform draws in [0, 1), at most MAX_DELAY_MS (a normal's or lognormal's
+        far tail is cut there)."""
         if self.fixed_ms is not None:
             base = self.fixed_ms
         elif self.min_ms is not None and self.max_ms is not None:
@@ -137,8 +149,8 @@ class LatencyFault(FaultSpec):
                 base = self.mean_ms + self.stddev_ms * z
             else:
                 assert self.median_ms is not None and self.sigma is not None
-                base = self.median_ms * math.exp(self.sigma * z)
-        return max(0.0, base + self.jitter_ms * (2.0 * u3 - 1.0))
+                base = self.median_ms * math.exp(min(self.sigma * z, math.log(MAX_DELAY_MS / self.median_ms)))
+        return min(MAX_DELAY_MS, max(0.0, base + self.jitter_ms * (2.0 * u3 - 1.0)))
 
 
 class ErrorFault(FaultSpec):
@@ -146,11 +158,11 @@ class ErrorFault(FaultSpec):
 
     kind: Literal["error"]
     status: int | None = Field(default=None, ge=400, le=599)
-    timeout_s: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_DELAY_S)
     quota: bool = False
     declared: str | None = None
     message: str | None = None  # a template: {argument} placeholders take the call's arguments
-    retry_after_s: float | None = Field(default=None, ge=0)
+    retry_after_s: float | None = Field(default=None, ge=0, le=86_400)
     format: Literal["text", "json"] = "text"
 
     @model_validator(mode="after")
@@ -179,7 +191,7 @@ class HangFault(FaultSpec):
     """Never answer until the client cancels; with `seconds`, give up after that long with a timeout error."""
 
     kind: Literal["hang"]
-    seconds: float | None = Field(default=None, gt=0)
+    seconds: float | None = Field(default=None, gt=0, le=MAX_DELAY_S)
 
 
 class ProtocolErrorFault(FaultSpec):
@@ -435,9 +447,9 @@ class Degrade(StrictSpecModel):
     delay multiplier (always fires while r > 0)."""
 
     mode: Literal["degrade"]
-    start: float = Field(default=0.0, ge=0)
-    step: float = Field(gt=0)
-    max: float | None = Field(default=None, gt=0)
+    start: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    step: float = Field(gt=0, allow_inf_nan=False)
+    max: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     def ramp(self, n: int) -> float:
         value = self.start + self.step * (n - 1)

@@ -23,7 +23,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,15 @@ import jsonschema
 import re2
 from jsonschema.exceptions import ValidationError
 
+from aw_mcp.spec.check_budget import (
+    CheckBudget,
+    bounded,
+    current_budget,
+    format_,
+    multiple_of,
+    unique_items,
+    uses_dynamic_refs,
+)
 from aw_mcp.spec.schema_walk import (
     LOOKUP_ERRORS,
     Pointer,
@@ -122,6 +131,11 @@ def ref_problem(schema: Any) -> str | None:
                     f"{keyword} {ref!r} at {where} cannot be resolved (only references inside this schema "
                     "work: `#/$defs/name`, `#`, an `$anchor`; other files and URLs are not fetched)"
                 )
+            if not isinstance(target, dict | bool):  # e.g. `#/properties/a/enum`: every call would fail on it
+                kind = {list: "an array", str: "a string", int: "a number", float: "a number"}.get(
+                    type(target), "null"
+                )
+                return f"{keyword} {ref!r} at {where} points at {kind}, not a schema (an object or a boolean)"
             if isinstance(target, dict) and id(target) in pointers:
                 out.append((id(target), (*node.pointer, keyword)))
     # A cycle made only of same-value edges recurses forever whatever the value is.
@@ -387,18 +401,50 @@ def _no_errors(errors: Iterator[Any]) -> bool:
     return next(errors, None) is None
 
 
-def _evaluated_keys(validator: Any, instance: dict[str, Any], schema: Any) -> set[str]:
-    """jsonschema's `find_evaluated_property_keys_by_schema` (for `unevaluatedProperties`), with patternProperties
-    matched by `safe_pattern`."""
+Own = Callable[[Any, Any, dict[str, Any]], set[Any]]
+
+
+def _evaluated(own: Own, validator: Any, instance: Any, schema: Any) -> set[Any]:
+    """The property names or item indexes of `instance` that `schema` evaluates (the annotations `unevaluated*`
+    read, as jsonschema's `find_evaluated_*_by_schema` collect them): `own` gives a schema's own keywords' share,
+    and those of its references, its `if`/`then`/`else` and its valid `allOf`/`anyOf`/`oneOf` branches are added.
+    Once per (subschema, value) in a check (check_budget.py: a DAG of references is walked once, not per path)."""
     if validator.is_type(schema, "boolean") or not isinstance(schema, dict):
         return set()
-    keys: set[str] = set()
+    budget = current_budget()
+    if budget is None:
+        return _collect(own, validator, instance, schema)
+    key = (own.__name__, id(schema), id(instance), getattr(validator._resolver, "_base_uri", None))
+    return budget.remember(  # type: ignore[no-any-return]
+        key, lambda: _collect(own, validator, instance, schema), schema, instance
+    )
+
+
+def _collect(own: Own, validator: Any, instance: Any, schema: dict[str, Any]) -> set[Any]:
+    found = own(validator, instance, schema)
     for keyword in ("$ref", "$dynamicRef"):
         ref = schema.get(keyword)
         if ref is not None:
             resolved = validator._resolver.lookup(ref)
             here = validator.evolve(schema=resolved.contents, _resolver=resolved.resolver)
-            keys |= _evaluated_keys(here, instance, resolved.contents)
+            found |= _evaluated(own, here, instance, resolved.contents)
+    if "if" in schema:
+        if validator.evolve(schema=schema["if"]).is_valid(instance):
+            found |= _evaluated(own, validator, instance, schema["if"])
+            if "then" in schema:
+                found |= _evaluated(own, validator, instance, schema["then"])
+        elif "else" in schema:
+            found |= _evaluated(own, validator, instance, schema["else"])
+    for keyword in ("allOf", "oneOf", "anyOf"):
+        for subschema in schema.get(keyword, []):
+            if _no_errors(validator.descend(instance, subschema)):
+                found |= _evaluated(own, validator, instance, subschema)
+    return found
+
+
+def _own_keys(validator: Any, instance: dict[str, Any], schema: dict[str, Any]) -> set[Any]:
+    """A schema's own share of the evaluated property names, with patternProperties matched by `safe_pattern`."""
+    keys: set[Any] = set()
     properties = schema.get("properties")
     if validator.is_type(properties, "object"):
         keys |= properties.keys() & instance.keys()
@@ -414,28 +460,17 @@ def _evaluated_keys(validator: Any, instance: dict[str, Any], schema: Any) -> se
     if isinstance(dependent, dict):
         for name, subschema in dependent.items():
             if name in instance:
-                keys |= _evaluated_keys(validator, instance, subschema)
-    for keyword in ("allOf", "oneOf", "anyOf"):
-        for subschema in schema.get(keyword, []):
-            if _no_errors(validator.descend(instance, subschema)):
-                keys |= _evaluated_keys(validator, instance, subschema)
-    if "if" in schema:
-        if validator.evolve(schema=schema["if"]).is_valid(instance):
-            keys |= _evaluated_keys(validator, instance, schema["if"])
-            if "then" in schema:
-                keys |= _evaluated_keys(validator, instance, schema["then"])
-        elif "else" in schema:
-            keys |= _evaluated_keys(validator, instance, schema["else"])
+                keys |= _evaluated(_own_keys, validator, instance, subschema)
     return keys
 
 
 def _unevaluated_properties(
     validator: Any, rest: Any, instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
-    """jsonschema's `unevaluatedProperties`, on `_evaluated_keys`."""
+    """jsonschema's `unevaluatedProperties`, on `_evaluated` property names."""
     if not validator.is_type(instance, "object"):
         return
-    evaluated = _evaluated_keys(validator, instance, schema)
+    evaluated = _evaluated(_own_keys, validator, instance, schema)
     unevaluated = [
         key
         for key in instance
@@ -454,19 +489,70 @@ def _unevaluated_properties(
             )
 
 
-# Draft 2020-12 with every keyword that matches a regex replaced (`propertyNames` reaches `pattern` itself).
+def _own_indexes(validator: Any, instance: list[Any], schema: dict[str, Any]) -> set[Any]:
+    """A schema's own share of the evaluated item indexes."""
+    if "items" in schema:
+        return set(range(len(instance)))
+    indexes: set[Any] = set()
+    prefix = schema.get("prefixItems")
+    if isinstance(prefix, list):
+        indexes |= set(range(min(len(prefix), len(instance))))
+    for keyword in ("contains", "unevaluatedItems"):
+        if keyword in schema:
+            check = validator.evolve(schema=schema[keyword])
+            indexes |= {i for i, item in enumerate(instance) if check.is_valid(item)}
+    return indexes
+
+
+def _unevaluated_items(validator: Any, rest: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    """jsonschema's `unevaluatedItems`, on `_evaluated` item indexes."""
+    if not validator.is_type(instance, "array"):
+        return
+    evaluated = _evaluated(_own_indexes, validator, instance, schema)
+    unevaluated = [
+        item
+        for index, item in enumerate(instance)
+        if index not in evaluated and not _no_errors(validator.descend(item, rest, path=index))
+    ]
+    if unevaluated:
+        items, verb = _extras_message(unevaluated)
+        yield ValidationError(f"Unevaluated items are not allowed ({items} {verb} unexpected)")
+
+
+# Draft 2020-12 with every keyword that matches a regex replaced (`propertyNames` reaches `pattern` itself), the
+# quadratic or overflowing ones made linear and exact, and every keyword bounded by its check's budget.
+_KEYWORDS = {
+    **jsonschema.Draft202012Validator.VALIDATORS,
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+    "unevaluatedProperties": _unevaluated_properties,
+    "unevaluatedItems": _unevaluated_items,
+    "uniqueItems": unique_items,
+    "multipleOf": multiple_of,
+    "format": format_,
+}
 SafeValidator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
-    validators={
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-        "unevaluatedProperties": _unevaluated_properties,
-    },
+    validators={keyword: bounded(keyword, function) for keyword, function in _KEYWORDS.items()},
 )
 
 
 def schema_validator(schema: dict[str, Any]) -> Any:
     """The validator for every argument and answer check: Draft 2020-12, `format` checked (email, date-time,
-    uri, ... as a real API would), regexes in linear time (or a bounded fallback)."""
+    uri, ... as a real API would; a `regex` within bounds), regexes in linear time (or a bounded fallback)."""
     return SafeValidator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+class SchemaCheck:
+    """One schema's validator, and its checks each within a budget (check_budget.py): every error of a value in
+    bounded time, or CheckBudgetError naming the keyword the check was at."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.validator = schema_validator(schema)
+        self.memoize = not uses_dynamic_refs(schema)  # a $dynamicRef's target depends on the path taken
+
+    def errors(self, instance: Any) -> list[ValidationError]:
+        """Raises CheckBudgetError past the budget, RecursionError for a value nested too deeply."""
+        with CheckBudget(memoize=self.memoize), regex_budget():
+            return list(self.validator.iter_errors(instance))

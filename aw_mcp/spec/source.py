@@ -1,7 +1,9 @@
 """Reading YAML while remembering where every value came from, so spec errors can say `file:line`.
 
-World files come from other people, so the loader is bounded: a duplicate key, nesting deeper than MAX_DEPTH,
-a document whose aliases expand past MAX_EXPANDED_NODES (a "billion laughs"), a recursive alias, a `!!binary`
+World files come from other people, so the loader is bounded: a file over MAX_FILE_BYTES (refused before it is
+parsed), more than MAX_EXPANDED_NODES values (counted while parsing, so a huge file stops early), a duplicate key,
+nesting deeper than MAX_DEPTH, a document whose aliases expand past MAX_EXPANDED_NODES values (a "billion laughs")
+or MAX_EXPANDED_CHARS characters of text (a few big texts named many times), a recursive alias, a `!!binary`
 value, an explicit tag whose value it cannot read (`!!int abc`, `!!bool maybe`, `!!set [a]`), a text holding a
 lone UTF-16 surrogate (`"\\uD800"`: no character, and no UTF-8 encoder takes it) or one longer than
 MAX_SCALAR_CHARS is a `file:line` error rather than a silent surprise, a hang, a traceback or a world that loads
@@ -21,6 +23,11 @@ PathKey = tuple[str | int, ...]
 
 MAX_DEPTH = 64  # nested mappings/sequences; the bundled worlds use at most 13
 MAX_EXPANDED_NODES = 200_000  # nodes after expanding every alias; the bundled worlds have under 1,500
+# Text after expanding every alias (what the world model is sent, and what a session renders): 8M characters is
+# ~2.5M tokens, 20x the default context. Without it a 100 KB file rendered to 20 MB and a 1 MB one asked for 5 GB.
+MAX_EXPANDED_CHARS = 8_000_000
+# The file itself, checked before parsing (PyYAML reads ~1 MB/s): the bundled worlds are under 50 KB.
+MAX_FILE_BYTES = 8 * 1024 * 1024
 # One text (a value or a key): 1M characters is ~330K tokens, past the default 131,072-token context on its own.
 # The bundled worlds' longest is under 4,000.
 MAX_SCALAR_CHARS = 1_000_000
@@ -61,13 +68,22 @@ class BoundedLoader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._nodes = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self._depth += 1
+        self._nodes += 1
         try:
             if self._depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark
                 raise _Bound(problem=f"nesting deeper than {MAX_DEPTH} levels", problem_mark=mark)
+            if self._nodes > MAX_EXPANDED_NODES:  # stop early: the rest of a huge file is not parsed
+                mark = self.peek_event().start_mark
+                raise _Bound(
+                    problem=f"the file holds more than {MAX_EXPANDED_NODES:,} values (mappings, lists, texts); a "
+                    "world file this large is refused",
+                    problem_mark=mark,
+                )
             return super().compose_node(parent, index)  # type: ignore[no-any-return]
         finally:
             self._depth -= 1
@@ -164,32 +180,36 @@ BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", BoundedLoader.const
 
 
 def _expanded_size(root: yaml.Node) -> None:
-    """Count the nodes the document has once every alias is expanded, without expanding it (an alias is the same
-    node object, so each node's size is computed once). Raises _Bound past the limit, on a recursive alias or on
-    a text that cannot be in a world file (`_scalar_problem`)."""
-    sizes: dict[int, int] = {}
+    """Count the values and the characters of text the document has once every alias is expanded, without
+    expanding it (an alias is the same node object, so each node's size is computed once). Raises _Bound past a
+    limit (naming aliases only when they are the cause), on a recursive alias or on a text that cannot be in a
+    world file (`_scalar_problem`)."""
+    sizes: dict[int, tuple[int, int, bool]] = {}  # node -> (values, characters, reached an alias)
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    shared: set[int] = set()  # nodes met more than once: anchors used by an alias
     while stack:
         node, children_done = stack.pop()
         key = id(node)
         if children_done:
             on_path.discard(key)
             if isinstance(node, yaml.MappingNode):
-                total = 1 + sum(sizes[id(k)] + sizes[id(v)] for k, v in node.value)
+                parts = [sizes[id(n)] for pair in node.value for n in pair]
+                members = [id(n) for pair in node.value for n in pair]
             elif isinstance(node, yaml.SequenceNode):
-                total = 1 + sum(sizes[id(v)] for v in node.value)
+                parts = [sizes[id(n)] for n in node.value]
+                members = [id(n) for n in node.value]
             else:
-                total = 1
-            if total > MAX_EXPANDED_NODES:
-                raise _Bound(
-                    problem=f"this value expands to more than {MAX_EXPANDED_NODES:,} nodes through its aliases "
-                    "(`*name` references); a world file this large is refused",
-                    problem_mark=node.start_mark,
-                )
-            sizes[key] = total
+                parts, members = [], []
+            values = 1 + sum(p[0] for p in parts)
+            chars = (len(node.value) if isinstance(node, yaml.ScalarNode) else 0) + sum(p[1] for p in parts)
+            aliased = any(p[2] for p in parts) or any(m in shared for m in members)
+            if values > MAX_EXPANDED_NODES or chars > MAX_EXPANDED_CHARS:
+                raise _Bound(problem=_too_big(values, chars, aliased), problem_mark=node.start_mark)
+            sizes[key] = (values, chars, aliased)
             continue
         if key in sizes:
+            shared.add(key)
             continue
         if key in on_path:
             raise _Bound(
@@ -204,6 +224,20 @@ def _expanded_size(root: yaml.Node) -> None:
                 stack.extend(((v, False), (k, False)))
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((v, False) for v in node.value)
+
+
+def _too_big(values: int, chars: int, aliased: bool) -> str:
+    """What limit a value passes, and through what: its aliases (`*name`), or its own size."""
+    if values > MAX_EXPANDED_NODES:
+        size = f"more than {MAX_EXPANDED_NODES:,} values"
+    else:
+        size = f"more than {MAX_EXPANDED_CHARS:,} characters of text"
+    if aliased:
+        return (
+            f"this value expands to {size} through its aliases (`*name` references, each a full copy of its "
+            "anchor); a world file this large is refused"
+        )
+    return f"this value holds {size}; a world file this large is refused"
 
 
 def _walk(root: yaml.Node, out: dict[PathKey, Location]) -> None:
@@ -228,8 +262,17 @@ def _walk(root: yaml.Node, out: dict[PathKey, Location]) -> None:
                 stack.append((item, (*here, index)))
 
 
+def _file_too_big(size: int) -> str:
+    return (
+        f"the file is {size:,} bytes; a world file holds at most {MAX_FILE_BYTES:,} (the bundled ones are under "
+        "50 KB): it is refused before parsing"
+    )
+
+
 def parse_yaml(text: str, path: str = "<string>") -> SpecSource:
     """Parse with `yaml.safe_load` semantics (within the bounds above) and record positions from the node tree."""
+    if len(text) > MAX_FILE_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise SpecSyntaxError(path, 1, _file_too_big(len(text.encode("utf-8", "surrogatepass"))))
     node: yaml.Node | None = None
     loader: BoundedLoader | None = None
     try:
@@ -263,9 +306,14 @@ def parse_yaml(text: str, path: str = "<string>") -> SpecSource:
 
 def read_yaml(path: str | Path) -> SpecSource:
     try:
-        raw = Path(path).read_bytes()
+        # No more than the limit is read (a FIFO or /dev/zero has no size).
+        with Path(path).open("rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
+            size = max(len(raw), Path(path).stat().st_size)
     except OSError as exc:
         raise SpecSyntaxError(str(path), 1, f"cannot read file: {exc.strerror or exc}") from None
+    if size > MAX_FILE_BYTES:
+        raise SpecSyntaxError(str(path), 1, _file_too_big(size))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -16,18 +16,13 @@ import jsonschema
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.core.strict_model import StrictSpecModel, http_url
+from aw_mcp.spec.check_budget import CheckBudgetError, best_problem, non_finite_at
 from aw_mcp.spec.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, TASK_DOMAINS, Domain
 from aw_mcp.spec.faults import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.spec.injections import BUILTIN_INJECTIONS, InjectionSlot
 from aw_mcp.spec.issues import clean_loc, expected
 from aw_mcp.spec.presets import PresetRef, expand_presets, normalize_preset
-from aw_mcp.spec.schema_check import (
-    dangling_ref,
-    json_problem,
-    ref_problem,
-    regex_budget,
-    schema_validator,
-)
+from aw_mcp.spec.schema_check import SchemaCheck, dangling_ref, json_problem, ref_problem
 from aw_mcp.spec.shared_defs import with_defs
 from aw_mcp.spec.source import PathKey
 
@@ -191,8 +186,8 @@ class ToolSpec(StrictSpecModel):
         return self
 
     @cached_property
-    def _input_validator(self) -> jsonschema.Draft202012Validator:
-        return schema_validator(self.inputSchema)
+    def _input_check(self) -> SchemaCheck:
+        return SchemaCheck(self.inputSchema)
 
     @cached_property
     def _refuses_null(self) -> frozenset[str]:
@@ -209,39 +204,47 @@ class ToolSpec(StrictSpecModel):
         return {k: v for k, v in arguments.items() if not (v is None and k in self._refuses_null)}
 
     @cached_property
-    def _output_validator(self) -> jsonschema.Draft202012Validator | None:
-        return schema_validator(self.outputSchema) if self.outputSchema is not None else None
+    def _output_check(self) -> SchemaCheck | None:
+        return SchemaCheck(self.outputSchema) if self.outputSchema is not None else None
 
     def argument_problems(self, arguments: dict[str, Any]) -> list[str]:
         """Every inputSchema violation, each naming the field it concerns (empty when the arguments are valid).
-        A message quoting a long value is cut: the agent needs the field and the rule, not its own payload."""
+        A message quoting a long value is cut: the agent needs the field and the rule, not its own payload. A
+        NaN or infinite number is refused first (JSON has none; the trajectory could not record it), and a check
+        past its budget (spec/check_budget.py) is one problem naming the keyword it stopped at."""
+        odd = non_finite_at(arguments)
+        if odd is not None:
+            path, number = odd
+            where = ".".join(map(str, path))
+            return [f"field `{_cut(where)}`: {number!r} is not a JSON number (JSON has no NaN or Infinity)"]
         try:
-            with regex_budget():  # a regex RE2 cannot take gets a bounded time for the whole check
-                errors = sorted(
-                    self._input_validator.iter_errors(arguments),
-                    key=lambda e: list(map(str, e.absolute_path)),
-                )
+            found = self._input_check.errors(arguments)
+            errors = sorted(found, key=lambda e: list(map(str, e.absolute_path)))
         except RecursionError:
             return ["the arguments are nested too deeply to check"]
+        except CheckBudgetError as exc:
+            return [f"the arguments could not be checked against inputSchema: {exc}"]
         problems = []
         for error in errors:
             where = ".".join(str(p) for p in error.absolute_path)
             message = _cut(error.message)
             problems.append(f"field `{_cut(where)}`: {message}" if where else message)
-        return problems
+        return list(dict.fromkeys(problems))  # one subschema reached twice (`allOf`) says it once
 
     def output_problem(self, value: Any) -> str | None:
         """Why a structured result breaks outputSchema (`at PATH: message`), or None when it fits (or no schema)."""
-        if self._output_validator is None:
+        if self._output_check is None:
             return None
         try:
-            with regex_budget():
-                bad = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
+            found = best_problem(self._output_check.errors(value))
         except RecursionError:
             return "at (root): the value is nested too deeply to check"
-        if bad is None:
+        except CheckBudgetError as exc:
+            return f"at (root): the value could not be checked: {exc}"
+        if found is None:
             return None
-        return f"at {_cut('/'.join(str(p) for p in bad.absolute_path) or '(root)')}: {_cut(bad.message)}"
+        bad, path = found
+        return f"at {_cut('/'.join(str(p) for p in path) or '(root)')}: {_cut(bad.message)}"
 
     @property
     def structured(self) -> bool:
