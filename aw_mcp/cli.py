@@ -8,34 +8,34 @@ shows the traceback for user errors too.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 import traceback
 from collections.abc import Sequence
+from types import ModuleType
 
-from aw_mcp.commands import (
-    bench,
-    call,
-    demo,
-    engine,
-    import_world,
-    judge,
-    report,
-    serve,
-    shell,
-    validate,
-    worlds,
-)
+from aw_mcp.commands import SUBCOMMANDS, summary
 from aw_mcp.core.errors import UserError
 from aw_mcp.core.flags import Parser
 from aw_mcp.core.model_io import BackendError
 from aw_mcp.core.version import __version__
 
-COMMANDS = (serve, demo, validate, call, worlds, engine, import_world, shell, report, judge, bench)
+
+def command_module(name: str) -> ModuleType:
+    """A subcommand's module, imported now: only the command that runs pays for what it imports."""
+    return importlib.import_module(f"aw_mcp.commands.{SUBCOMMANDS[name][0]}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is not an option (the global options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: the command it names with its own flags, every other one as its `--help` line only.
+    Without `argv`, every command with its flags (each module imported)."""
     parser = Parser(
         prog="aw-mcp", description="MCP tools simulated by the Qwen-AgentWorld language world model."
     )
@@ -44,8 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="debug logging on stderr, and tracebacks for every error"
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.register(subparsers)
+    chosen = chosen_command(argv) if argv is not None else None
+    for name in SUBCOMMANDS:
+        if argv is None or name == chosen:
+            command_module(name).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary(name), add_help=False)
     return parser
 
 
@@ -86,9 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["engine"]:  # the engine has its own parser; pass everything through untouched
+        engine = command_module("engine")
         args = argparse.Namespace(command="engine", verbose=False, engine_args=argv[1:], func=engine.run)
     else:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,  # stdout belongs to the MCP protocol
         level=logging.DEBUG if args.verbose else logging.WARNING,

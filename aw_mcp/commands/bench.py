@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 from tqdm import tqdm
 
-from aw_mcp.commands import summary
 from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.openai import OpenAIWorldModel
 from aw_mcp.backends.resolve import open_backend, resolve_backend
+from aw_mcp.commands import summary
 from aw_mcp.core.errors import UsageError
 from aw_mcp.core.model_io import BackendError, GenerationParams
 from aw_mcp.core.private_files import open_private

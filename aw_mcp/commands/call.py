@@ -11,12 +11,13 @@ import sys
 
 import anyio
 
+from aw_mcp.commands import summary
 from aw_mcp.core.errors import UsageError
 from aw_mcp.sim.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("call", help="call one tool of a world and print the observation")
+    parser = subparsers.add_parser("call", help=summary("call"))
     add_world_flag(parser)
     parser.add_argument("tool")
     parser.add_argument("--args", default="{}", help="tool arguments as a JSON object")

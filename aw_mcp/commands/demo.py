@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from aw_mcp.backends.demo import NOTICE
+from aw_mcp.commands import summary
 from aw_mcp.core.errors import UsageError
 from aw_mcp.eval.report import faults_fired_text, text_summary, write_report
 from aw_mcp.load.world import load_world
@@ -30,9 +31,7 @@ CALL_TIMEOUT_S = 60.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "demo", help="see the product work offline in under a minute (scripted answers, a fault, the report)"
-    )
+    parser = subparsers.add_parser("demo", help=summary("demo"))
     parser.add_argument(
         "--world", default=DEFAULT_WORLD, help=f"a world whose tools have examples (default {DEFAULT_WORLD})"
     )

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 
 from aw_mcp.backends.engine_extra import require_engine
+from aw_mcp.commands import summary
 from aw_mcp.core.flags import Parser
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "engine",
-        help="run the built-in Qwen3.5-MoE engine (e.g. `aw-mcp engine serve --model PATH`)",
+        help=summary("engine"),
         add_help=False,
     )
     parser.add_argument("engine_args", nargs=argparse.REMAINDER)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import anyio
 
+from aw_mcp.commands import summary
 from aw_mcp.core.errors import UsageError
 from aw_mcp.importers.import_log import ImportLog
 from aw_mcp.importers.mcp_catalog import fetch_catalog, load_samples, read_tools_list, world_from_catalog
@@ -21,7 +22,7 @@ from aw_mcp.importers.world_file import check_writable, finish_world
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("import", help="create a world from an OpenAPI document or an MCP server")
+    parser = subparsers.add_parser("import", help=summary("import"))
     kinds = parser.add_subparsers(dest="source", required=True, metavar="SOURCE")
 
     openapi = kinds.add_parser("openapi", help="one tool per operation of an OpenAPI 3.0/3.1 document")

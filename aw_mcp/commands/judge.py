@@ -15,8 +15,8 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from aw_mcp.commands import summary
 from aw_mcp.backends.openai import OpenAIWorldModel
+from aw_mcp.commands import summary
 from aw_mcp.core.errors import UsageError
 from aw_mcp.core.jsonl import read_models
 from aw_mcp.core.private_files import open_private
@@ -42,9 +42,7 @@ from aw_mcp.trajectory.records import CallRecord, TrajectoryFormatError, read_tr
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "judge", help=summary("judge")
-    )
+    parser = subparsers.add_parser("judge", help=summary("judge"))
     parser.add_argument("trajectory", metavar="TRAJECTORY", help="a trajectory written by --record")
     parser.add_argument("--base-url", required=True, help="the judge's OpenAI-compatible server (…/v1)")
     parser.add_argument("--model", required=True, help="the judge model")

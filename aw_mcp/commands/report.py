@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from aw_mcp.commands import summary
 from aw_mcp.core.private_files import write_private_text
 from aw_mcp.eval.report import aggregate_html, html_report, scorecard_of, summarize, text_summary
 from aw_mcp.eval.scorecard import CHECKS, Rules, Scorecard, failing, parse_checks, scorecard_text
@@ -15,7 +16,7 @@ from aw_mcp.eval.scorecard import CHECKS, Rules, Scorecard, failing, parse_check
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
-        help="summarize recorded trajectories: text, HTML and the robustness scorecard (--json, --fail-on)",
+        help=summary("report"),
         description="Summarize one trajectory (text + HTML report), or score several together to compare them.",
     )
     parser.add_argument(

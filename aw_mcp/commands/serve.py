@@ -15,6 +15,7 @@ from types import FrameType
 import anyio
 
 from aw_mcp.backends.preflight import preflight
+from aw_mcp.commands import summary
 from aw_mcp.core.flags import port_number
 from aw_mcp.core.private_files import write_private_text
 from aw_mcp.core.settings import read_settings
@@ -48,7 +49,7 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="serve a world as an MCP server",
+        help=summary("serve"),
         description="Serve a world's tools as an MCP server; a world model answers every call.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from aw_mcp.commands import summary
 from aw_mcp.sim.simulator import CallOutcome, Simulator, UnknownToolError
 from aw_mcp.sim.world_setup import add_backend_flags, add_preset_flag, add_world_flag, setup_world
 
@@ -36,7 +37,7 @@ commands:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("shell", help="an interactive prompt for calling a world's tools")
+    parser = subparsers.add_parser("shell", help=summary("shell"))
     add_world_flag(parser)
     parser.add_argument("--json", action="store_true", help="print each result as one JSON object per line")
     add_backend_flags(parser)

@@ -9,13 +9,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from aw_mcp.commands import summary
 from aw_mcp.core.errors import UnknownWorldError
 from aw_mcp.load.world import validate_paths
 from aw_mcp.spec.bundled import resolve_world_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("validate", help="validate world YAML files (or bundled worlds by name)")
+    parser = subparsers.add_parser("validate", help=summary("validate"))
     parser.add_argument(
         "paths", nargs="+", metavar="WORLD", help="a world YAML file, or the name of a bundled world"
     )

@@ -6,6 +6,7 @@ import argparse
 import shutil
 import textwrap
 
+from aw_mcp.commands import summary
 from aw_mcp.load.world import load_world
 from aw_mcp.spec.bundled import bundled_worlds
 from aw_mcp.spec.issues import WorldSpecError
@@ -14,7 +15,7 @@ INDENT = "    "
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("worlds", help="list the bundled worlds")
+    parser = subparsers.add_parser("worlds", help=summary("worlds"))
     parser.set_defaults(func=run)
 
 
