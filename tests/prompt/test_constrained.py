@@ -16,6 +16,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from aw_mcp.backends.openai import OpenAIWorldModel, schema_name
+from aw_mcp.backends.openai_dialects import Dialect
 from aw_mcp.core.model_io import GenerationParams
 from aw_mcp.load.world import load_world, load_world_text, validate_paths
 from aw_mcp.prompt.constraint import ERROR_BODY_SCHEMA, constraint_for, relax, tool_grammar
@@ -239,10 +240,17 @@ def test_schema_names_are_what_servers_accept() -> None:
     assert schema_name("x" * 100) == "x" * 64
 
 
+def schema_alone(backend: OpenAIWorldModel) -> OpenAIWorldModel:
+    """A backend whose server takes the JSON Schema alone, as a known server does once it refused the grammar
+    (an unidentified server gets no constraint at all: tests/backends/test_backend_openai.py)."""
+    backend.dialect = Dialect("a server taking the JSON Schema alone")
+    return backend
+
+
 @pytest.mark.anyio
 async def test_response_format_is_sent_as_vllm_and_sglang_take_it() -> None:
     with ScriptedOpenAIServer([Reply(content="[]")]) as server:
-        backend = OpenAIWorldModel(server.base_url, "m", retries=0)
+        backend = schema_alone(OpenAIWorldModel(server.base_url, "m", retries=0))
         await ask(backend, params_for())
         await ask(backend, GenerationParams())
     constrained, free = (r.body for r in server.requests)
@@ -265,7 +273,7 @@ async def test_a_refused_response_format_falls_back_once_and_for_good(
     """Named in the error or not: on the first constrained request, a 400 that goes away without the constraint
     means the server does not take it."""
     with ScriptedOpenAIServer([Reply(content="[]")], reject_response_format=message) as server:
-        backend = OpenAIWorldModel(server.base_url, "m", retries=0)
+        backend = schema_alone(OpenAIWorldModel(server.base_url, "m", retries=0))
         with caplog.at_level(logging.WARNING, logger="aw_mcp.backends.openai"):
             for _ in range(3):
                 assert await ask(backend, params_for()) == "[]"
@@ -281,7 +289,7 @@ async def test_a_400_that_stays_without_the_constraint_is_reported_and_blames_no
     with ScriptedOpenAIServer(
         [Reply(status=400, body='{"error": {"message": "prompt too long"}}')]
     ) as server:
-        backend = OpenAIWorldModel(server.base_url, "m", retries=0)
+        backend = schema_alone(OpenAIWorldModel(server.base_url, "m", retries=0))
         with pytest.raises(Exception, match="prompt too long"):
             await ask(backend, params_for())
     assert ["response_format" in r.body for r in server.requests] == [True, False]
@@ -292,7 +300,7 @@ async def test_a_400_that_stays_without_the_constraint_is_reported_and_blames_no
 async def test_after_support_is_known_an_unnamed_400_is_not_blamed_on_the_schema() -> None:
     replies = [Reply(content="[]"), Reply(status=400, body='{"error": {"message": "bad seed"}}')]
     with ScriptedOpenAIServer(replies) as server:
-        backend = OpenAIWorldModel(server.base_url, "m", retries=0)
+        backend = schema_alone(OpenAIWorldModel(server.base_url, "m", retries=0))
         await ask(backend, params_for())
         with pytest.raises(Exception, match="bad seed"):
             await ask(backend, params_for())
@@ -310,7 +318,7 @@ async def test_after_support_is_known_a_refused_schema_is_dropped_for_that_tool_
         return Reply(content="{}")
 
     with ScriptedOpenAIServer(script) as server:
-        backend = OpenAIWorldModel(server.base_url, "m", retries=0)
+        backend = schema_alone(OpenAIWorldModel(server.base_url, "m", retries=0))
         with caplog.at_level(logging.WARNING, logger="aw_mcp.backends.openai"):
             await ask(backend, params_for("list_tasks"))
             for _ in range(2):
@@ -326,6 +334,16 @@ async def test_after_support_is_known_a_refused_schema_is_dropped_for_that_tool_
 
 
 # --- end to end: aw-mcp serve with a real MCP client --------------------------------------------------------------
+
+
+# vLLM that refuses the framed grammar: its structured tools get the JSON Schema alone.
+VLLM_WITHOUT_GRAMMAR = {
+    "model_card": {"owned_by": "vllm"},
+    "version": "0.11.0",
+    "refuse": {
+        "structured_outputs": Reply(status=400, body='{"error": {"message": "structured_outputs: no"}}')
+    },
+}
 
 
 async def serve_and_call(world: Path, server: ScriptedOpenAIServer, stderr: Path, calls: int) -> list[Any]:
@@ -346,10 +364,11 @@ def answer(body: dict[str, Any], n: int) -> Reply:
 @pytest.mark.anyio
 async def test_serve_sends_the_unwrapped_output_schema_as_response_format(tmp_path: Path) -> None:
     world = write_world(tmp_path)
-    with ScriptedOpenAIServer(answer) as server:
+    with ScriptedOpenAIServer(answer, **VLLM_WITHOUT_GRAMMAR) as server:
         [result] = await serve_and_call(world, server, tmp_path / "stderr.txt", 1)
     assert result.is_error is False and result.structured_content == {"items": LISTED}
-    [request] = server.requests
+    refused, request = server.requests
+    assert "structured_outputs" in refused.body and "response_format" not in refused.body
     response_format = request.body["response_format"]
     assert response_format["type"] == "json_schema" and response_format["json_schema"]["strict"] is True
     assert response_format["json_schema"]["name"] == "list_tasks"
@@ -364,10 +383,10 @@ async def test_serve_sends_the_unwrapped_output_schema_as_response_format(tmp_pa
 async def test_serve_falls_back_when_the_server_refuses_response_format(tmp_path: Path) -> None:
     world = write_world(tmp_path)
     refusal = "1 validation error: response_format: structured outputs are not enabled on this server"
-    with ScriptedOpenAIServer(answer, reject_response_format=refusal) as server:
+    with ScriptedOpenAIServer(answer, reject_response_format=refusal, **VLLM_WITHOUT_GRAMMAR) as server:
         results = await serve_and_call(world, server, tmp_path / "stderr.txt", 3)
     assert all(r.is_error is False and r.structured_content == {"items": LISTED} for r in results)
-    assert ["response_format" in r.body for r in server.requests] == [True, False, False, False]
+    assert ["response_format" in r.body for r in server.requests] == [False, True, False, False, False]
     stderr = (tmp_path / "stderr.txt").read_text()
     assert stderr.count("does not accept response_format") == 1, stderr
 
