@@ -322,3 +322,23 @@ def test_the_engine_never_imports_aw_mcp() -> None:
         if each.target.split(".")[0] == "aw_mcp"
     ]
     assert not offenders, "engine/ must stand alone:\n" + "\n".join(offenders)
+
+
+def test_shipped_modules_never_import_the_test_fixtures() -> None:
+    """engine/testing/ stays out of the wheel (pyproject's hatch `exclude`): nothing that ships may import it."""
+    import tomllib
+
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["tool"]["hatch"]["build"]["targets"][
+        "wheel"
+    ]
+    assert "engine/testing" in wheel["exclude"]
+    offenders = [
+        f"{_where(module, each)}: {module} imports {each.target}"
+        for module, found in IMPORTS.items()
+        if not module.startswith("engine.testing")
+        for each in found
+        if each.target.startswith("engine.testing")
+    ]
+    assert not offenders, "shipped modules importing engine/testing/ (not in the wheel):\n" + "\n".join(
+        offenders
+    )

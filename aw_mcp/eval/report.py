@@ -431,11 +431,6 @@ def timeline_svg(calls: list[CallRecord], width: int = 900) -> Markup:
     return _macros().timeline_svg(timeline(calls, width))
 
 
-def scorecard_html(card: Scorecard, link_calls: bool = True) -> Markup:
-    """A summary per category, then a table per category with one row per graded fault."""
-    return _macros().scorecard(card, link_calls)
-
-
 def html_report(summary: Summary, card: Scorecard | None = None) -> str:
     card = card or scorecard_of([summary])
     return (

@@ -146,13 +146,6 @@ class SessionRegistry:
     def new_key(self) -> str:
         return uuid.uuid4().hex[:12]
 
-    def record(self, session: WorldSession, record: CallRecord) -> None:
-        """Write ahead, then commit to the session (blocking; for restoring and for synchronous callers)."""
-        if self.writer is not None:
-            self.writer.write(record)
-        self._keep(record)
-        session.add(record)
-
     def _keep(self, line: TrajectoryLine) -> None:
         if self.journal is not None:
             self.journal.append(line)
