@@ -29,11 +29,12 @@ from mcp import MCPError
 
 from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.resolve import BackendChoice, open_backend
+from aw_mcp.sim.registry import MAX_FORKS_PER_REQUEST as MAX_FORKS
 from aw_mcp.sim.session import SessionKeyError, WorldSession
 from aw_mcp.sim.simulator import Simulator, UnknownToolError
 from aw_mcp.sim.world_setup import WorldOptions, setup_world
 from aw_mcp.spec.world import WorldSpec
-from aw_mcp.trajectory.records import CallRecord
+from aw_mcp.trajectory.records import CallRecord, ForkPoint
 
 
 @dataclass
@@ -158,14 +159,23 @@ class Env:
         return outcome.result()
 
     async def fork(self, n: int) -> list[Env]:
-        """`n` independent copies of this world at its current point."""
+        """`n` independent copies of this world at its current point, 1 <= n <= MAX_FORKS (256, as for
+        `POST /sessions/{id}/fork`). They are copied in a worker thread from one snapshot taken now, so other
+        sessions keep running meanwhile and a call on this env that starts meanwhile does not reach them."""
         self._check_open()
-        if n < 1:
-            raise ValueError(f"fork needs n >= 1, got {n}")
+        if not 1 <= n <= MAX_FORKS:
+            raise ValueError(f"fork makes 1 to {MAX_FORKS} copies at a time, not {n:,} (fork again for more)")
+        session = self.session
+        point = ForkPoint(session=session.id, call=session.next_index)
+        snapshot = self._simulator.spin_off(session)
+        twins = await anyio.to_thread.run_sync(
+            lambda: [snapshot.spin_off(snapshot.registry.get()) for _ in range(n)]
+        )
         children = []
-        for _ in range(n):
+        for twin in twins:
+            twin.registry.get().forked_from = point  # forked from this env, not from the snapshot
             _SHARED.share(self._lease)
-            children.append(Env(self._simulator.spin_off(self.session), self._lease))
+            children.append(Env(twin, self._lease))
         return children
 
     async def close(self) -> None:

@@ -1,11 +1,18 @@
 """The world sessions of one server or `Env`, by key: bounded (idle ones evicted, least recently used first),
-forked, resumed from a trajectory, each call's record committed to the trajectory file."""
+forked, resumed from a trajectory, each call's record committed to the trajectory file.
+
+Sessions are owned: a session made by `get` owns itself, a fork belongs to its parent's owner (its family). Forks
+make room only by evicting idle sessions of their own family, never another client's world: when the rest is
+taken by other families the fork is refused (409 over HTTP). An evicted session is remembered (up to
+MAX_REMEMBERED_EVICTIONS keys): the next request naming it is refused once with `SessionEvictedError`, saying why,
+instead of silently running on an empty history; after that, the key starts a new world."""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,10 +36,17 @@ DEFAULT_SESSION_TTL_S = 3600.0
 MAX_SESSION_KEY_CHARS = 128
 # How a 2025-era HTTP transport session's world is keyed (`http-<Mcp-Session-Id>`); other keys may not start so.
 TRANSPORT_SESSION_PREFIX = "http-"
+MAX_REMEMBERED_EVICTIONS = 10_000  # evicted keys whose owners are still told (oldest forgotten first)
+# Forks made by one request (`POST /sessions/{id}/fork`, `Env.fork(n)`): 10^5 copies took 47 s and 451 MB.
+MAX_FORKS_PER_REQUEST = 256
 
 
 class ForkPointError(ValueError):
     """`--at K` names a call the recorded session does not have."""
+
+
+class SessionEvictedError(SessionKeyError):
+    """The session a request names was evicted since its last request; its history is gone."""
 
 
 class SessionRegistry:
@@ -57,6 +71,8 @@ class SessionRegistry:
         self.idle_ttl_s = idle_ttl_s
         self.clock = clock
         self._sessions: dict[str, WorldSession] = {}
+        self._owners: dict[str, str] = {}  # session key -> the key of the session that started its family
+        self._evicted: OrderedDict[str, str] = OrderedDict()  # evicted key -> why, until its owner is told
         self.default_key = DEFAULT_SESSION
         # Every line written or restored, across sessions (evicted ones included), when someone needs it at the
         # end (`aw-mcp serve --scorecard`); None: not kept.
@@ -72,13 +88,27 @@ class SessionRegistry:
         self.evict_idle(now)
         session = self._sessions.get(key)
         if session is None:
-            if len(self._sessions) >= self.max_sessions and not self._evict_oldest_idle():
+            why = self._evicted.pop(key, None)
+            if why is not None:  # told once; the request after this one starts a new world under the key
+                raise SessionEvictedError(
+                    f"world session {key!r} is gone: {why}. Its history cannot be recovered; this request was not "
+                    "run, and the next one naming this session starts a new, empty world"
+                )
+            if len(self._sessions) >= self.max_sessions and not self._evict_oldest_idle(
+                f"it was the least recently used idle session when the server (--max-sessions "
+                f"{self.max_sessions}) needed room for a new one"
+            ):
                 raise SessionKeyError(
                     f"too many live world sessions ({self.max_sessions}); end one (DELETE) or wait for one to idle out"
                 )
             session = self._sessions[key] = WorldSession(self.world, key)
+            self._owners[key] = key
         session.last_used = now
         return session
+
+    def owner(self, key: str) -> str:
+        """The key of the session that started `key`'s family (itself, unless it is a fork)."""
+        return self._owners.get(key, key)
 
     def evict_idle(self, now: float | None = None) -> int:
         """Drop sessions idle longer than the TTL; returns how many."""
@@ -91,50 +121,94 @@ class SessionRegistry:
             if k != self.default_key and not s.busy and now - s.last_used > self.idle_ttl_s
         ]
         for key in stale:
-            del self._sessions[key]
+            self._evict(key, f"it was idle for more than {self.idle_ttl_s:g} s (--session-ttl)")
         return len(stale)
 
-    def _evict_oldest_idle(self, keep: str | None = None) -> bool:
-        idle = [
-            (s.last_used, k)
-            for k, s in self._sessions.items()
-            if k not in (self.default_key, keep) and not s.busy
-        ]
+    def _evict(self, key: str, why: str) -> None:
+        del self._sessions[key]
+        self._owners.pop(key, None)
+        self._evicted[key] = why
+        self._evicted.move_to_end(key)
+        while len(self._evicted) > MAX_REMEMBERED_EVICTIONS:
+            self._evicted.popitem(last=False)
+
+    def _evict_oldest_idle(self, why: str) -> bool:
+        """Evict the least recently used idle session; False when there is none."""
+        idle = [(s.last_used, k) for k, s in self._sessions.items() if k != self.default_key and not s.busy]
         if not idle:
             return False
-        del self._sessions[min(idle)[1]]
+        self._evict(min(idle)[1], why)
         return True
 
     def fork(self, key: str, n: int) -> list[WorldSession]:
-        """`n` new sessions, each an independent copy of session `key` at its current point. Forks count against
-        `max_sessions` like any session: all or none are made."""
+        """`n` new sessions, each an independent copy of session `key` at its current point, in `key`'s family.
+        Forks count against `max_sessions` like any session, and make room only by evicting idle sessions of
+        their own family: all or none are made (SessionKeyError when the rest is other clients' worlds). For
+        many forks from async code: `fork_snapshot`, the copies off the loop, `take_forks`."""
+        snapshot = self.fork_snapshot(key, n)
+        children = [snapshot.fork(self.new_key()) for _ in range(n)]
+        self.take_forks(key, children)
+        return children
+
+    def fork_snapshot(self, key: str, n: int) -> WorldSession:
+        """A copy of session `key` to fork `n` sessions from (`snapshot.fork(registry.new_key())` each, anywhere:
+        nobody else holds it, so later calls on `key` do not reach the copies), once there is room for them.
+        Raises KeyError (no such session) or SessionKeyError (n out of range, no room)."""
         parent = self._sessions.get(key)
         if parent is None:
             raise KeyError(key)
-        if n < 1:
-            raise SessionKeyError(f"a fork needs n >= 1, got {n}")
-        self.evict_idle()
-        parent.last_used = self.clock()  # never the one evicted to make room for its own forks
-        while len(self._sessions) + n > self.max_sessions and self._evict_oldest_idle(keep=key):
-            pass
-        if len(self._sessions) + n > self.max_sessions:
-            raise SessionKeyError(
-                f"no room for {n} forked session(s): {len(self._sessions)} of {self.max_sessions} live"
-            )
-        children = []
-        for _ in range(n):
-            child = parent.fork(self.new_key())
-            child.last_used = self.clock()
+        if not 1 <= n <= MAX_FORKS_PER_REQUEST:
+            raise SessionKeyError(f"a fork makes 1 to {MAX_FORKS_PER_REQUEST} sessions at a time, not {n:,}")
+        self._make_room(key, n)
+        return parent.fork(parent.id)
+
+    def take_forks(self, key: str, children: list[WorldSession]) -> None:
+        """Register forks of `key` (made from its `fork_snapshot`) in its family, all or none: room is checked
+        again, as other sessions may have started while they were copied."""
+        if key not in self._sessions:
+            raise SessionKeyError(f"world session {key!r} ended while it was being forked")
+        self._make_room(key, len(children))
+        family = self.owner(key)
+        now = self.clock()
+        for child in children:
+            child.last_used = now
             self._sessions[child.id] = child
-            children.append(child)
-        return children
+            self._owners[child.id] = family
+
+    def _make_room(self, key: str, n: int) -> None:
+        """Room for `n` forks of `key`, evicting only idle sessions of its family (least recently used first);
+        SessionKeyError, evicting nothing, if that is not enough (a fork never evicts another client's world)."""
+        self.evict_idle()
+        family = self.owner(key)
+        self._sessions[key].last_used = self.clock()
+        needed = len(self._sessions) + n - self.max_sessions
+        if needed <= 0:
+            return
+        own = sorted(
+            (s.last_used, k)
+            for k, s in self._sessions.items()
+            if k not in (self.default_key, key) and not s.busy and self.owner(k) == family
+        )
+        if len(own) < needed:
+            raise SessionKeyError(
+                f"no room for {n} forked session(s): {len(self._sessions)} of {self.max_sessions} live "
+                f"(--max-sessions), {len(own)} of them idle ones of this session's own family; a fork never "
+                "evicts another client's world: end some of your forks (DELETE) or wait for sessions to idle out"
+            )
+        for _, victim in own[:needed]:
+            self._evict(
+                victim, f"it was the least recently used idle fork of its family when {n} more were made"
+            )
 
     def adopt(self, session: WorldSession) -> None:
         """Take in a session made elsewhere (a fork that gets a simulator of its own, aw_mcp.env)."""
         self._sessions[session.id] = session
 
     def drop(self, key: str) -> bool:
-        """Forget a session and its world (its trajectory lines stay on disk)."""
+        """Forget a session and its world (its trajectory lines stay on disk); its owner asked, so it is not
+        remembered as evicted."""
+        self._owners.pop(key, None)
+        self._evicted.pop(key, None)
         return self._sessions.pop(key, None) is not None
 
     def __len__(self) -> int:
@@ -208,6 +282,7 @@ class SessionRegistry:
     def _restore_fork_point(self, key: str, point: ForkPoint) -> None:
         parent = self._sessions.get(point.session[:MAX_SESSION_KEY_CHARS])
         session = self.get(key)
+        self._owners[key] = self.owner(point.session[:MAX_SESSION_KEY_CHARS])  # in its parent's family
         session.forked_from = point
         for record in parent.records if parent is not None else []:
             if record.index < point.call:

@@ -190,11 +190,15 @@ class Simulator:
             cached = self._system_prompts[session] = (shown, prompt)
         return cached[1]
 
-    def fork(self, key: str | None, n: int) -> list[WorldSession]:
+    async def fork(self, key: str | None, n: int) -> list[WorldSession]:
         """`n` sessions forked from session `key` at its current point, continuing its fault sequence. They share
-        this world's tool catalog, as every session served by one server does (MCP: one tool list per server)."""
+        this world's tool catalog, as every session served by one server does (MCP: one tool list per server).
+        At most MAX_FORKS_PER_REQUEST, copied off the event loop from one snapshot (registry.py)."""
         parent = key or self.registry.default_key
-        children = self.registry.fork(parent, n)
+        snapshot = self.registry.fork_snapshot(parent, n)
+        new_key = self.registry.new_key
+        children = await anyio.to_thread.run_sync(lambda: [snapshot.fork(new_key()) for _ in range(n)])
+        self.registry.take_forks(parent, children)
         for child in children:
             self.planner.fork(parent, child.id)
         return children
