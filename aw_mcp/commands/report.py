@@ -54,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
     if output is None and len(summaries) == 1 and not args.json:
         output = str(Path(summaries[0].path).with_suffix(".html"))
     if output is not None:
-        page = html_report(summaries[0], card) if len(summaries) == 1 else aggregate_html(summaries, card)
+        page = (
+            html_report(summaries[0], card, checks)
+            if len(summaries) == 1
+            else aggregate_html(summaries, card)
+        )
         write_private_text(output, page)  # it quotes the calls: owner-only, like the trajectory
     if args.json:
         print(card.model_dump_json(indent=2))
@@ -66,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         print(scorecard_text(card))
     if output is not None:
         print(f"report: {output}", file=sys.stderr if args.json else sys.stdout)
+    elif len(summaries) > 1:
+        print("report: no HTML for several trajectories unless -o FILE names one", file=sys.stderr)
     return gate(card, checks)
 
 

@@ -22,6 +22,7 @@ from aw_mcp.core.private_files import write_private_text
 from aw_mcp.eval.scorecard import (
     CHECKS,
     OUTCOMES,
+    Reaction,
     Rules,
     Scorecard,
     SessionNode,
@@ -39,7 +40,103 @@ if TYPE_CHECKING:
 
 
 # Blue: ok; red: an error (whatever caused it, an injected 503 too); a fault that fired rings the mark in amber.
-COLOURS = {"ok": "#3b7dd8", "error": "#d83b3b", "fault": "#e08a00"}
+COLOURS = {"ok": "#3b7dd8", "error": "#d83b3b", "fault": "#e08a00", "pass": "#2e7d32"}
+# One colour per --fail-on check, so each bad outcome reads as itself (a followed injection is not a repeated 4xx):
+# the banner, the scorecard's outcome cells and the timeline's marks use the same one (Okabe-Ito and Tol hues).
+CHECK_COLOURS = {
+    "followed-injection": "#9c27b0",
+    "ignored-retry-after": "#0072b2",
+    "futile-retry": "#8c510a",
+    "gave-up": "#cc79a7",
+    "repeated-error": "#e65100",
+    "called-removed-tool": "#009e73",
+    "not-relisted": "#56b4e9",
+    "not-rechecked": "#7b6d00",
+    "unknown-injection": "#757575",
+}
+
+
+def failed_check(reaction: Reaction) -> str | None:
+    """The first --fail-on check this reaction fails (its colour and label in the report), or None."""
+    return next((name for name, check in CHECKS.items() if check.fails(reaction)), None)
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One --fail-on check as the report's banner shows it."""
+
+    name: str
+    means: str
+    colour: str
+    asked: bool  # named in --fail-on
+    calls: list[tuple[str, int]]  # (session, call) of each reaction failing it
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.calls)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the report leads with: the world and date, and every check with its result (the --fail-on ones first)."""
+
+    world: str
+    date: str
+    calls: int
+    errors: int
+    faults: int
+    graded: int
+    rows: list[CheckRow]
+    asked: list[str]
+
+    @property
+    def failing(self) -> list[CheckRow]:
+        return [row for row in self.rows if row.failed and (row.asked or not self.asked)]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failing
+
+    @property
+    def headline(self) -> str:
+        if not self.faults:
+            return "no fault fired: nothing to grade"
+        if self.asked:
+            failed = [row.name for row in self.failing]
+            if failed:
+                return f"FAIL: {len(failed)} of {len(self.asked)} --fail-on check(s) failed ({', '.join(failed)})"
+            return f"PASS: all {len(self.asked)} --fail-on check(s) passed"
+        failing = self.failing
+        if failing:
+            return f"{len(failing)} check(s) would fail --fail-on: {', '.join(row.name for row in failing)}"
+        return "no check would fail --fail-on"
+
+
+def world_names(calls: list[CallRecord]) -> str:
+    names = list(dict.fromkeys(c.world for c in calls if c.world))
+    return ", ".join(names) if names else "unknown world"
+
+
+def verdict(summary: Summary, card: Scorecard, asked: Iterable[str] = ()) -> Verdict:
+    asked = list(asked)
+    rows = []
+    for name in [*asked, *(n for n in CHECKS if n not in asked)]:
+        check = CHECKS[name]
+        calls = [(r.session, r.call) for r in card.reactions if check.fails(r)]
+        rows.append(
+            CheckRow(name, check.means, CHECK_COLOURS.get(name, COLOURS["error"]), name in asked, calls)
+        )
+    first = min((c.time for c in summary.calls if c.time), default="")
+    return Verdict(
+        world=world_names(summary.calls),
+        date=first[:10] or "no calls",
+        calls=len(summary.calls),
+        errors=summary.errors,
+        faults=len(summary.faults),
+        graded=len(card.reactions),
+        rows=rows,
+        asked=asked,
+    )
 
 
 @dataclass(frozen=True)
@@ -314,9 +411,16 @@ class Mark:
     x: float
     y: float
     r: float
-    outcome: str  # ok | error
+    outcome: str  # ok | error | the name of the --fail-on check the call failed (its colour)
     fault: bool  # a fault fired on this call (the amber ring)
     title: str
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    colour: str
+    label: str
+    ring: bool = False
 
 
 @dataclass
@@ -328,37 +432,82 @@ class Timeline:
     rows: list[tuple[str, float]]  # tool, y
     marks: list[Mark]
     axis_y: float
+    ticks: list[Tick]  # seconds since the first call
+    legend: list[LegendEntry]
 
 
-def timeline(calls: list[CallRecord], width: int = 900) -> Timeline:
-    """One row per tool, one mark per call in call order: blue ok, red error (an injected 503 is an error too),
-    ringed in amber when a fault fired on the call."""
+def _seconds(time: str) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(time.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return None
+
+
+def timeline(calls: list[CallRecord], width: int = 900, card: Scorecard | None = None) -> Timeline:
+    """One row per tool, one mark per call at the time it was made (seconds since the first call, on the axis):
+    blue ok, red error (an injected 503 is an error too), or the colour of the --fail-on check the call failed
+    (the later call a verdict rests on: the followed injection, the repeated 4xx, ...), ringed in amber when a fault
+    fired on it. Calls without a readable time are placed in call order."""
     tools = list(dict.fromkeys(c.tool for c in calls))
     row_h, left, top = 24, 170, 10
-    height = top + row_h * max(1, len(tools)) + 32
+    height = top + row_h * max(1, len(tools)) + 48
     plot_w = width - left - 16
-    step = plot_w / max(1, len(calls))
+    offending: dict[tuple[str, int], str] = {}
+    for reaction in card.reactions if card is not None else []:
+        name = failed_check(reaction)
+        if name is not None:
+            for index in reaction.calls[:1] or [reaction.call]:
+                offending.setdefault((reaction.session, index), name)
+    stamps = [_seconds(c.time) for c in calls]
+    known = [t for t in stamps if t is not None]
+    start = min(known) if known else 0.0
+    span = max((max(known) - start) if known else 0.0, 1e-3)
+    step = nice_step(span)
+    axis_max = step * math.ceil(span / step - 1e-9)
+    pad = min(6.0, plot_w / max(1, len(calls)) / 2)
     marks = []
     for i, call in enumerate(calls):
         fired = call.applied_faults()
         failed = bool(call.is_error or call.error)
-        title = f"call {call.index}: {call.tool}, {call.latency_ms:.0f} ms, {'error' if failed else 'ok'}"
+        check = offending.get((call.session or "default", call.index))
+        if stamps[i] is not None and len(known) == len(calls):
+            x = left + pad + (plot_w - 2 * pad) * (stamps[i] - start) / axis_max
+        else:
+            x = left + (i + 0.5) * plot_w / max(1, len(calls))
+        at = f"{stamps[i] - start:.1f} s" if stamps[i] is not None else "time unknown"
+        title = (
+            f"call {call.index}: {call.tool} at {at}, {call.latency_ms:.0f} ms, {'error' if failed else 'ok'}"
+        )
         if call.session and len({c.session for c in calls}) > 1:
             title = f"session {call.session}, {title}"
         if fired:
             title += "; fault: " + ", ".join(f"{f.name} ({f.kind})" for f in fired)
+        if check:
+            title += f"; check failed: {check}"
         marks.append(
             Mark(
-                x=left + (i + 0.5) * step,
+                x=x,
                 y=top + tools.index(call.tool) * row_h + row_h / 2,
-                r=min(6.0, max(2.5, step / 2.5)),
-                outcome="error" if failed else "ok",
+                r=min(6.0, max(2.5, plot_w / max(1, len(calls)) / 2.5)),
+                outcome=check or ("error" if failed else "ok"),
                 fault=bool(fired),
                 title=title,
             )
         )
     rows = [(tool, top + r * row_h + row_h / 2) for r, tool in enumerate(tools)]
-    return Timeline(width, height, left, plot_w, rows, marks, top + row_h * max(1, len(tools)) + 16)
+    axis_y = top + row_h * max(1, len(tools)) + 4
+    ticks = [
+        Tick(left + pad + (plot_w - 2 * pad) * k * step / axis_max, tick_label(k * step))
+        for k in range(round(axis_max / step) + 1)
+    ]
+    kinds = {m.outcome for m in marks}
+    legend = [LegendEntry(COLOURS["ok"], "ok"), LegendEntry(COLOURS["error"], "error (an injected one too)")]
+    legend += [LegendEntry(CHECK_COLOURS[name], f"failed {name}") for name in CHECK_COLOURS if name in kinds]
+    if any(m.fault for m in marks):
+        legend.append(LegendEntry(COLOURS["fault"], "amber ring: a fault fired on the call", ring=True))
+    return Timeline(width, height, left, plot_w, rows, marks, axis_y, ticks, legend)
 
 
 def fault_details(entry: FaultEntry) -> list[tuple[str, str]]:
@@ -406,7 +555,8 @@ def _environment() -> jinja2.Environment:
     env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, default=str)
     env.globals.update(
         anchor=call_anchor,
-        colours=COLOURS,
+        colours={**COLOURS, **CHECK_COLOURS},
+        failed_check=failed_check,
         checks=CHECKS,
         outcomes=OUTCOMES,
         fails_a_check=fails_a_check,
@@ -426,23 +576,28 @@ def histogram_svg(latencies: list[float], bins: int = 20, width: int = 640, heig
     return _macros().histogram_svg(histogram(latencies, bins, width, height))
 
 
-def timeline_svg(calls: list[CallRecord], width: int = 900) -> Markup:
+def timeline_svg(calls: list[CallRecord], width: int = 900, card: Scorecard | None = None) -> Markup:
     """The timeline of calls as inline SVG."""
-    return _macros().timeline_svg(timeline(calls, width))
+    return _macros().timeline_svg(timeline(calls, width, card))
 
 
-def html_report(summary: Summary, card: Scorecard | None = None) -> str:
+def html_report(summary: Summary, card: Scorecard | None = None, checks: Iterable[str] = ()) -> str:
+    """The page leads with its verdict (world, date, every check and its result, the `checks` asked for with
+    --fail-on first), then the scorecard, the timeline and the latency; sections with nothing to show are left
+    out. Call numbers are the trajectory's `index` everywhere (the first call is call 0)."""
     card = card or scorecard_of([summary])
+    judged = verdict(summary, card, checks)
     return (
         _environment()
         .get_template("report.html.j2")
         .render(
-            title=f"aw-mcp report: {summary.path}",
+            title=f"{judged.world}, {judged.date}: aw-mcp report ({Path(summary.path).name})",
+            verdict=judged,
             summary=summary,
             card=card,
             text=text_summary(summary, card),
             histogram=histogram(summary.latencies),
-            timeline=timeline(summary.calls),
+            timeline=timeline(summary.calls, card=card),
             # what most calls' answers are labelled with (the demo backend's notice): said once above the Calls table,
             # and on a row only when that call's differs (a demo answer replayed for other arguments)
             common_notice=Counter(c.notice for c in summary.calls if c.notice).most_common(1)[0][0]
@@ -466,7 +621,10 @@ def aggregate_html(summaries: list[Summary], card: Scorecard) -> str:
     )
 
 
-def write_report(trajectory: str | Path, output: str | Path, rules: Rules | None = None) -> Summary:
+def write_report(
+    trajectory: str | Path, output: str | Path, rules: Rules | None = None, checks: Iterable[str] = ()
+) -> Summary:
     summary = summarize(trajectory)
-    write_private_text(output, html_report(summary, scorecard_of([summary], rules)))  # it quotes calls: 0600
+    page = html_report(summary, scorecard_of([summary], rules), checks)
+    write_private_text(output, page)  # it quotes calls: 0600
     return summary
