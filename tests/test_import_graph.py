@@ -342,3 +342,19 @@ def test_shipped_modules_never_import_the_test_fixtures() -> None:
     assert not offenders, "shipped modules importing engine/testing/ (not in the wheel):\n" + "\n".join(
         offenders
     )
+
+
+def test_the_architecture_page_names_every_stage_and_module() -> None:
+    """docs/ARCHITECTURE.md's stage table stays true to the code: each stage of LAYERS and each aw_mcp module."""
+    page = (REPO / "docs" / "ARCHITECTURE.md").read_text("utf-8")
+    stages = [stage.removeprefix("aw_mcp.") for stage in LAYERS if stage.startswith("aw_mcp.")]
+    missing = [s for s in stages if s != "__main__" and f"{s}/" not in page and f"{s}.py" not in page]
+    files = [
+        p
+        for m, p in MODULES.items()
+        if m.startswith("aw_mcp.") and p.name not in ("__init__.py", "__main__.py")
+    ]
+    missing += [
+        str(p.relative_to(REPO)) for p in files if f"`{p.name}`" not in page and f"`{p.stem}`" not in page
+    ]
+    assert not missing, "not in docs/ARCHITECTURE.md's aw_mcp/ table:\n" + "\n".join(missing)
