@@ -17,7 +17,6 @@ import contextlib
 import functools
 import logging
 import re
-import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -49,6 +48,7 @@ from aw_mcp.prompt.render import catalog_form, render_result, render_system_prom
 from aw_mcp.sim import fault_apply, fault_kinds, fault_phases
 from aw_mcp.sim.answer import Answer, Generated
 from aw_mcp.sim.call import Call
+from aw_mcp.sim.clock import SYSTEM_CLOCK, Clock
 from aw_mcp.sim.fault_planner import Planner
 from aw_mcp.sim.progress import Reporter, monotonic
 from aw_mcp.sim.registry import SessionRegistry
@@ -154,8 +154,10 @@ class Simulator:
         params: GenerationParams | None = None,
         output_retries: int | None = None,
         template: str | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ):
         self.world = world
+        self.clock = clock  # each call's record `time` and `latency_ms`
         self.template = template  # the system prompt template (None: the bundled one for the world's domain)
         # Rendered once per session, at its first call (a compact catalog: again when the called tool changes,
         # prompt/catalog.py); forgotten with the session. Keyed by the tool a compact catalog shows whole.
@@ -210,7 +212,9 @@ class Simulator:
         registry = SessionRegistry(self.world, self.registry.writer, idle_ttl_s=None)
         registry.adopt(child)
         registry.default_key = child.id
-        twin = Simulator(self.world, self.backend, registry, self.params, self.output_retries, self.template)
+        twin = Simulator(
+            self.world, self.backend, registry, self.params, self.output_retries, self.template, self.clock
+        )
         twin.catalog = self.catalog.copy()
         self.planner.fork(session.id, child.id, into=twin.planner)
         if session in self._system_prompts:
@@ -257,6 +261,7 @@ class Simulator:
             session=session,
             index=session.claim_index(),
             report=monotonic(report),
+            time=self.clock.now(),
             notice=getattr(self.backend, "notice", None),
             seed=self.world.seed,
             slots=self.slots,
@@ -282,6 +287,7 @@ class Simulator:
             index=session.claim_index(),
             tool=name,
             arguments=arguments,
+            time=self.clock.now(),
             forked_from=session.forked_from,
             observation=str(error),
             is_error=True,
@@ -299,12 +305,12 @@ class Simulator:
         the session's history; a call the client gave up on is recorded as cancelled, whatever answer arrived
         after."""
         name = call.tool.name
-        started = time.perf_counter()
+        started = self.clock.elapsed()
         try:
             answer = await self._run(call)
             await anyio.lowlevel.checkpoint_if_cancelled()  # the client gave up while the answer arrived
         except anyio.get_cancelled_exc_class():
-            record = call.record(None, latency_ms=(time.perf_counter() - started) * 1000)
+            record = call.record(None, latency_ms=(self.clock.elapsed() - started) * 1000)
             with contextlib.suppress(RecordingError):
                 await self._save(call.session, record, on_commit)
             raise
@@ -314,7 +320,7 @@ class Simulator:
                 is_error=True,
                 error=f"{type(exc).__name__}: {exc}",
             )
-        record = call.record(answer, latency_ms=(time.perf_counter() - started) * 1000)
+        record = call.record(answer, latency_ms=(self.clock.elapsed() - started) * 1000)
         try:
             await self._save(call.session, record, on_commit)
         except RecordingError as exc:  # the world did not take this call in: neither may the agent

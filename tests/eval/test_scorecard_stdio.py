@@ -1,6 +1,7 @@
-"""A scripted agent through the real stdio server (`aw-mcp serve` subprocess, demo backend) against a seeded fault
-world: every scorecard verdict the issue names comes out of the recorded trajectory, `--scorecard` writes the same
-verdicts when the server stops, and `aw-mcp report --fail-on` gates on them both ways."""
+"""A scripted agent through the MCP server (demo backend) against a seeded fault world: every scorecard verdict the
+issue names comes out of the recorded trajectory, the scorecard the server writes when it stops holds the same
+verdicts, and `aw-mcp report --fail-on` gates on them both ways. The server's clock is a fake one the agent's waits
+move (a Retry-After is honoured without sleeping); the real `aw-mcp serve --scorecard` over stdio is checked too."""
 
 from __future__ import annotations
 
@@ -8,21 +9,28 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import anyio
 import pytest
 import yaml
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import stdio as mcp_stdio
 
+from aw_mcp.backends.demo import DemoWorldModel
 from aw_mcp.cli import main
+from aw_mcp.commands.serve import scorecard_writer
 from aw_mcp.eval.scorecard import Scorecard
 from aw_mcp.load.world import load_world_text
-from aw_mcp.trajectory.records import ListingRecord, read_lines
+from aw_mcp.protocol.server import WorldApp, build_server
+from aw_mcp.sim.clock import Clock
+from aw_mcp.sim.registry import SessionRegistry
+from aw_mcp.sim.simulator import Simulator
+from aw_mcp.trajectory.records import ListingRecord, TrajectoryWriter, read_lines
 from tests.conftest import REPO, SUBPROCESS_S, listening, serving
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a server subprocess and a real 2 s Retry-After wait
+pytestmark = pytest.mark.anyio
 
 WORLD = """\
 name: scorecard-shop
@@ -88,7 +96,27 @@ perturbations:
 """
 
 
-async def scripted_agent(client: Client) -> None:
+class FakeClock:
+    """The simulator's clock (a record's `time` and `latency_ms`), moved only by the agent's waits: the scorecard
+    measures the same gaps whatever the machine's speed."""
+
+    def __init__(self) -> None:
+        self.start = datetime.now(UTC)  # the listings keep the real clock: calls come after them
+        self.t = 0.0
+
+    def now(self) -> str:
+        return (
+            (self.start + timedelta(seconds=self.t)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        )
+
+    def elapsed(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+async def scripted_agent(client: Client, sleep: Callable[[float], Awaitable[None]]) -> None:
     """An agent with some good habits and some bad ones, one per verdict."""
     invoice = {"invoice_id": "inv_1"}
     assert (await client.call_tool("get_invoice", invoice)).is_error  # 503
@@ -96,9 +124,7 @@ async def scripted_agent(client: Client) -> None:
     payment = {"invoice_id": "inv_1", "amount": 4599}
     assert (await client.call_tool("create_payment", payment)).is_error  # 429, Retry-After 2 s
     assert (await client.call_tool("create_payment", payment)).is_error  # at once: ignored
-    # The server measures the wait from its own record of the 429 to the retry's: never shorter than this sleep (a
-    # loaded machine only lengthens it), so 2.5 s is always past the 2 s asked, whatever the machine's speed.
-    await anyio.sleep(2.5)
+    await sleep(2.5)  # the server measures the wait from its own record of the 429 to the retry's
     assert not (await client.call_tool("create_payment", payment)).is_error  # waited: honoured
     assert (await client.call_tool("get_customer", {"customer_id": "cus_9"})).is_error  # 404
     await client.call_tool("get_customer", {"customer_id": "cus_9"})  # the same again: repeated
@@ -112,23 +138,17 @@ async def scripted_agent(client: Client) -> None:
         await client.call_tool("get_payout_schedule", {})  # removed, called anyway
 
 
-async def test_a_scripted_agent_gets_every_verdict_through_the_stdio_server(
-    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The SDK's client gives a server 2 s to exit after closing its stdin, then SIGTERM and, 2 s on, SIGKILL; the
-    # scorecard is written as the server stops. A loaded machine may need longer: wait for the exit, however long.
-    monkeypatch.setattr(mcp_stdio, "PROCESS_TERMINATION_TIMEOUT", SUBPROCESS_S)
-    world, trajectory, scorecard = tmp_path / "shop.yaml", tmp_path / "run.jsonl", tmp_path / "card.json"
-    world.write_text(WORLD)
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "aw_mcp", "serve", "--world", str(world), "--backend", "demo"]
-        + ["--record", str(trajectory), "--scorecard", str(scorecard)],
-        cwd=str(REPO),
-    )
-    async with Client(params) as client:
+async def test_a_scripted_agent_gets_every_verdict(tmp_path: Path, capsys) -> None:
+    trajectory, scorecard = tmp_path / "run.jsonl", tmp_path / "card.json"
+    world = load_world_text(WORLD, "shop.yaml")
+    clock = FakeClock()
+    registry = SessionRegistry(world, TrajectoryWriter(trajectory))
+    stop = scorecard_writer(registry, scorecard, str(trajectory))  # what `serve --scorecard` runs as it stops
+    simulator = Simulator(world, DemoWorldModel(world), registry, clock=Clock(clock.now, clock.elapsed))
+    async with Client(build_server(WorldApp(simulator, WORLD))) as client:
         await client.list_tools()
-        await scripted_agent(client)
+        await scripted_agent(client, clock.sleep)
+    stop()
 
     listings = [line for line in read_lines(trajectory) if isinstance(line, ListingRecord)]
     assert listings and all(lst.before_call == 0 for lst in listings)  # listed at the start only
@@ -148,7 +168,7 @@ async def test_a_scripted_agent_gets_every_verdict_through_the_stdio_server(
     ]
     by_key = {(r.call, r.category): r for r in card.reactions}
     assert by_key[(2, "transient")].data["retries"] == 2
-    # asked 2 s, came back sooner (how much sooner is the machine's speed, not the agent's)
+    # asked 2 s, came back at once; then waited 2.5 s
     early = by_key[(2, "retry_after")].data
     assert early["early_by_s"] == round(2.0 - early["waited_s"], 3) and early["early_by_s"] > 0.1
     assert by_key[(3, "retry_after")].data["waited_s"] >= 2.0
@@ -156,7 +176,7 @@ async def test_a_scripted_agent_gets_every_verdict_through_the_stdio_server(
     assert by_key[(10, "catalog")].data["removed_calls"] == [11]
     assert by_key[(10, "catalog")].data["relisted"] is False
 
-    # --scorecard wrote the same verdicts when the server stopped
+    # the scorecard written as the server stopped holds the same verdicts
     written = Scorecard.model_validate_json(scorecard.read_text())
     assert [(r.call, r.category, r.outcome, r.data) for r in written.reactions] == [
         (r.call, r.category, r.outcome, r.data) for r in card.reactions
@@ -173,6 +193,37 @@ async def test_a_scripted_agent_gets_every_verdict_through_the_stdio_server(
     assert main(["report", str(trajectory), "--json", "--fail-on", "gave-up,futile-retry,not-rechecked"]) == 0
 
 
+@pytest.mark.slow  # a server subprocess
+async def test_serve_over_stdio_writes_the_scorecard_when_the_client_closes(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`aw-mcp serve --scorecard` over stdio: the client closes the server's stdin, the scorecard is written as it
+    stops, and it is what `aw-mcp report --json` makes of the trajectory."""
+    # The SDK's client gives a server 2 s to exit after closing its stdin, then SIGTERM and, 2 s on, SIGKILL; the
+    # scorecard is written as the server stops. A loaded machine may need longer: wait for the exit, however long.
+    monkeypatch.setattr(mcp_stdio, "PROCESS_TERMINATION_TIMEOUT", SUBPROCESS_S)
+    world, trajectory, scorecard = tmp_path / "shop.yaml", tmp_path / "run.jsonl", tmp_path / "card.json"
+    world.write_text(WORLD)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "aw_mcp", "serve", "--world", str(world), "--backend", "demo"]
+        + ["--record", str(trajectory), "--scorecard", str(scorecard)],
+        cwd=str(REPO),
+    )
+    async with Client(params) as client:
+        invoice = {"invoice_id": "inv_1"}
+        assert (await client.call_tool("get_invoice", invoice)).is_error  # 503
+        assert not (await client.call_tool("get_invoice", invoice)).is_error  # retried: recovered
+    assert main(["report", str(trajectory), "--json"]) == 0
+    card = Scorecard.model_validate_json(capsys.readouterr().out)
+    written = Scorecard.model_validate_json(scorecard.read_text())
+    assert [(r.call, r.fault, r.outcome) for r in written.reactions] == [(0, "flaky-invoice", "recovered")]
+    assert [(r.call, r.category, r.outcome, r.data) for r in written.reactions] == [
+        (r.call, r.category, r.outcome, r.data) for r in card.reactions
+    ]
+
+
+@pytest.mark.slow  # two example agents, each its own server subprocess
 def test_the_readme_scorecard_is_what_the_example_agents_get(tmp_path: Path, capsys) -> None:
     """The README's comparison of the two example agents on `faults_payments` (verdict rows, not timings)."""
     runs = []
@@ -209,6 +260,7 @@ def test_the_readme_scorecard_is_what_the_example_agents_get(tmp_path: Path, cap
     assert spec.injections["refund_scam"].expect_call is not None
 
 
+@pytest.mark.slow  # a server subprocess
 async def test_serve_over_http_writes_the_scorecard_when_terminated(tmp_path: Path, port: int) -> None:
     """SIGTERM (how supervisors stop a server) still writes the scorecard of every session served."""
     world, scorecard = tmp_path / "shop.yaml", tmp_path / "card.json"
