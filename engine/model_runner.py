@@ -13,7 +13,7 @@ from engine.config import Config
 from engine.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphRunner
 from engine.forward_batch import ForwardBatch
 from engine.output_processor import OutputProcessor
-from engine.sampling import apply_repetition_penalty, sample_token
+from engine.sampling import RowSampling, sample_tokens
 from engine.scheduler import PrefillChunk
 from engine.sequence import Sequence
 from engine.structured import answer_pending, mask_logits, mask_stop_tokens
@@ -96,8 +96,9 @@ class ModelRunner:
     def pick_tokens(
         self, seqs: list[Sequence], logits: torch.Tensor, processor: OutputProcessor
     ) -> list[int]:
-        """The next token of every sequence: greedy rows take one batched argmax (a single host read-back for the
-        whole step), sampled rows their own seeded sampler; an exhausted thinking budget forces `</think>`; rows
+        """The next token of every sequence, all rows in one batched sampler (engine/sampling.py: a single host
+        read-back for the whole step, each sampled row drawing from its own seeded generator); an exhausted thinking
+        budget forces `</think>`; rows
         with an active grammar constraint are masked first, rows whose constrained answer waits for the thinking
         to end have their stop tokens masked, rows with a repetition penalty penalized first (greedy ones too, as
         in vLLM)."""
@@ -111,20 +112,19 @@ class ModelRunner:
             mask_logits(logits, constrained, [seqs[i].constraint for i in constrained])
         if pending:
             self._mask_stops(logits, [seqs[i] for i in pending], pending, processor)
-        for i in penalized:
-            seen = _seen_tokens(seqs[i], logits.shape[-1], logits.device)
-            apply_repetition_penalty(logits[i], seen, seqs[i].params.repetition_penalty)
-        greedy = logits.argmax(-1).tolist() if any(s.params.greedy for s in seqs) else None
-        tokens = []
-        for i, seq in enumerate(seqs):
-            forced = processor.forced_token(seq)
-            if forced is not None:
-                tokens.append(forced)
-            elif seq.params.greedy:
-                tokens.append(greedy[i])
-            else:
-                tokens.append(sample_token(logits[i], seq.params, seq.generator))
-        return tokens
+        forced = [processor.forced_token(seq) for seq in seqs]
+        rows = [
+            None
+            if f is not None
+            else RowSampling(
+                seq.params,
+                seq.generator,
+                _seen_tokens(seq, logits.shape[-1], logits.device) if i in penalized else None,
+            )
+            for i, (seq, f) in enumerate(zip(seqs, forced, strict=True))
+        ]
+        picked = sample_tokens(logits, rows)  # the whole batch at once, one host read
+        return [f if f is not None else t for f, t in zip(forced, picked, strict=True)]
 
     def _mask_stops(
         self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int], processor: OutputProcessor

@@ -1,15 +1,35 @@
-"""Sampling settings (vLLM's field names) and the token sampler: repetition penalty, greedy, temperature, min-p,
-top-k, top-p, seeded; in vLLM's order (penalty on the raw logits, greedy after it; min-p after the temperature,
-before top-k and top-p). Unset request fields get the checkpoint's defaults first (engine/generation_config.py)."""
+"""Sampling settings (vLLM's field names) and the batched token sampler.
+
+`sample_tokens` picks the next token of every row of a step's fp32 logits [B, vocab] in one launch sequence, with
+one host read, in vLLM's order: the repetition penalty on the raw logits (greedy rows too), greedy rows' argmax
+after it; sampled rows divided by their temperature, then min-p, then top-k, then top-p over the kept values, then
+one draw. Nothing loops over rows in Python and nothing sorts the vocabulary:
+* rows with a top-k take their batch's largest k (plus TIE_SLACK, so that tokens tied with the k-th value stay, as
+  in vLLM) with `torch.topk`; min-p, top-k, top-p and the draw then run on those few values;
+* rows without one run over the whole vocabulary: min-p is a mask, top-p a threshold found by bisection on the bits
+  of the probabilities (exact to the float: no sort), the draw an inverse CDF over the vocabulary's order.
+Each sampled row draws one uniform per step from its own generator (`make_generator`: a seeded Python RNG on the
+host, so a request never makes a CUDA call and a draw costs nanoseconds); the uniforms go up with the step's other
+per-row values in one copy. A row's tokens depend only on its seed and its own logits, whatever else is batched.
+Unset request fields get the checkpoint's defaults first (engine/generation_config.py).
+
+`sample_token` and `apply_repetition_penalty` are the plain-torch reference (one row: softmax, full sort,
+multinomial), kept beside the batched sampler for its tests and bench/sampler_cpu.py.
+"""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
 from engine.structured import AnswerFormat
+
+TIE_SLACK = 32  # top-k candidates past the batch's largest k: ties with the k-th value stay (vLLM keeps all)
+_BISECTION_STEPS = 30  # 2**30 > the bits of 1.0f: the top-p threshold exact to one float
 
 
 @dataclass
@@ -59,26 +79,197 @@ class SamplingParams:
         return self.temperature == 0
 
 
-def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
-    """A per-request generator: the same seed gives the same tokens whatever else runs in the batch."""
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed if seed is not None else random.getrandbits(63))
-    return generator
+def make_generator(seed: int | None) -> random.Random:
+    """A per-request generator: the same seed gives the same tokens whatever else runs in the batch. It lives on the
+    host (the sampler draws one uniform per step from it), so creating one never touches the GPU."""
+    return random.Random(seed if seed is not None else random.getrandbits(63))
+
+
+@dataclass(frozen=True)
+class RowSampling:
+    """One row of a step: its settings, its generator (None: greedy), and, for a repetition penalty, the bool [vocab]
+    mask of the token ids in its prompt and output so far (on the logits' device)."""
+
+    params: SamplingParams
+    generator: random.Random | None = None
+    seen: torch.Tensor | None = None
+
+
+def sample_tokens(logits: torch.Tensor, rows: Sequence[RowSampling | None]) -> list[int | None]:
+    """The next token of each row of fp32 logits [B, vocab] (ids that must never be emitted already -inf); a None row
+    (its token is forced) gets None and draws nothing. `logits` is not modified."""
+    if logits.shape[0] != len(rows):
+        raise ValueError(f"{logits.shape[0]} rows of logits for {len(rows)} rows of settings")
+    live = [i for i, row in enumerate(rows) if row is not None]
+    tokens: list[int | None] = [None] * len(rows)
+    if not live:
+        return tokens
+    logits = _penalized(logits, rows)
+    vocab = logits.shape[-1]
+    greedy = [i for i in live if rows[i].params.greedy]
+    windowed = [i for i in live if not rows[i].params.greedy and 0 < rows[i].params.top_k < vocab]
+    full = [i for i in live if not rows[i].params.greedy and not 0 < rows[i].params.top_k < vocab]
+    picks = []
+    if greedy:
+        picks.append(_select(logits.argmax(-1), greedy))
+    if windowed:
+        picks.append(_sample_windowed(_select(logits, windowed), [rows[i] for i in windowed]))
+    if full:
+        picks.append(_sample_full(_select(logits, full), [rows[i] for i in full]))
+    picked = torch.cat(picks).tolist()  # the step's one host read
+    for i, token in zip(greedy + windowed + full, picked, strict=True):
+        tokens[i] = token
+    return tokens
+
+
+def _penalized(logits: torch.Tensor, rows: Sequence[RowSampling | None]) -> torch.Tensor:
+    """The repetition penalty of every penalized row at once (as `apply_repetition_penalty`, row for row), on a copy
+    when any row has one."""
+    penalized = [i for i, row in enumerate(rows) if row is not None and row.params.repetition_penalty != 1.0]
+    if not penalized:
+        return logits
+    if any(rows[i].seen is None for i in penalized):
+        raise ValueError("a row with a repetition penalty needs its `seen` token mask")
+    seen = torch.stack([rows[i].seen for i in penalized])
+    penalty = _upload([[rows[i].params.repetition_penalty] for i in penalized], torch.float32, logits.device)
+    picked = _select(logits, penalized)
+    picked = torch.where(seen, torch.where(picked > 0, picked / penalty, picked * penalty), picked)
+    if len(penalized) == logits.shape[0]:
+        return picked
+    return logits.index_copy(0, _upload(penalized, torch.int64, logits.device), picked)
+
+
+class _RowValues(NamedTuple):
+    """A group's per-row settings and this step's uniform draw, as [R, 1] columns on the logits' device."""
+
+    temperature: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+    top_k: torch.Tensor  # int64
+    uniform: torch.Tensor  # float64, in [0, 1)
+
+
+def _sample_windowed(logits: torch.Tensor, rows: list[RowSampling]) -> torch.Tensor:
+    values = _row_values(rows, logits.device)
+    ids, weights = _windowed_weights(logits, values, max(row.params.top_k for row in rows))
+    return ids.gather(1, _inverse_cdf(weights, values.uniform)).squeeze(1)
+
+
+def _sample_full(logits: torch.Tensor, rows: list[RowSampling]) -> torch.Tensor:
+    values = _row_values(rows, logits.device)
+    min_p = any(row.params.min_p > 0 for row in rows)
+    weights = _full_weights(logits, values, min_p, top_p=any(row.params.top_p < 1 for row in rows))
+    return _inverse_cdf(weights, values.uniform).squeeze(1)
+
+
+def _windowed_weights(
+    logits: torch.Tensor, values: _RowValues, largest_k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows with a top-k: their token ids and unnormalized probabilities on [R, largest k + TIE_SLACK] candidates
+    (torch.topk: a selection, not a sort of the vocabulary); everything after it runs on those few values."""
+    width = min(logits.shape[-1], largest_k + TIE_SLACK)
+    candidates, ids = _canonical(*logits.topk(width, dim=-1))
+    scaled = candidates / values.temperature
+    keep = scaled >= scaled.gather(1, values.top_k - 1)  # top-k: the k-th value and everything tied with it
+    weights = torch.exp(scaled - scaled[:, :1])  # p / p_max: the window is sorted, the row's max comes first
+    keep &= (
+        weights >= values.min_p
+    )  # min-p: the same mask before or after top-k (both keep the largest values)
+    weights = weights.masked_fill(~keep, 0.0)
+    before = weights.cumsum(-1) - weights  # the kept mass strictly more likely than each value
+    return ids, weights.masked_fill(before >= values.top_p * weights.sum(-1, keepdim=True), 0.0)
+
+
+def _full_weights(logits: torch.Tensor, values: _RowValues, min_p: bool, top_p: bool) -> torch.Tensor:
+    """Rows without a top-k: unnormalized probabilities over the whole vocabulary (min-p and top-p passes only
+    when a row of the group uses them)."""
+    scaled = logits / values.temperature
+    weights = torch.exp(scaled - scaled.amax(-1, keepdim=True))  # p / p_max
+    if min_p:
+        weights = weights.masked_fill(weights < values.min_p, 0.0)
+    if top_p:
+        weights = weights.masked_fill(weights < _top_p_threshold(weights, values.top_p), 0.0)
+    return weights
+
+
+def _top_p_threshold(weights: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Per row the smallest weight t whose strictly larger weights hold less than top_p of the mass: top-p keeps
+    exactly the weights >= t. Found by bisection on t's float bits (weights are in [0, 1], where the bits of a float
+    order as the float does): a fixed number of passes over the row, no sort, no host read. Rows with top_p 1: 0."""
+    target = top_p * weights.sum(-1, keepdim=True)
+    rows = weights.shape[0]
+    low = torch.zeros(rows, 1, dtype=torch.int32, device=weights.device)  # above low: too much mass
+    high = torch.full_like(low, 0x3F800000)  # the bits of 1.0, the largest weight: nothing is larger
+    for _ in range(_BISECTION_STEPS):
+        middle = (low + high) >> 1
+        larger = torch.where(weights > middle.view(torch.float32), weights, 0.0).sum(-1, keepdim=True)
+        fits = larger < target
+        high = torch.where(fits, middle, high)
+        low = torch.where(fits, low, middle)
+    return torch.where(top_p < 1, high.view(torch.float32), 0.0)
+
+
+def _inverse_cdf(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Per row [R, N] of non-negative weights, the first index [R, 1] whose cumulative weight passes uniform x total:
+    a draw with probability weight / total. The point stays below the total (u x total can round up to it), so a
+    zero weight, e.g. a masked id at the end, is never picked. Float64: a sum over 248k values loses nothing."""
+    cumulative = weights.double().cumsum(-1)
+    total = cumulative[:, -1:]
+    point = torch.minimum(uniform * total, total.nextafter(torch.zeros_like(total)))
+    return (cumulative <= point).sum(-1, keepdim=True).clamp_(max=weights.shape[-1] - 1)
+
+
+def _canonical(values: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """topk's output with ties ordered by token id (the kernel's own tie order can depend on the batch's shape),
+    so that a seeded row picks the same token whatever else is in the batch."""
+    by_id = ids.argsort(-1)
+    values, ids = values.gather(1, by_id), ids.gather(1, by_id)
+    values, order = values.sort(dim=-1, descending=True, stable=True)
+    return values, ids.gather(1, order)
+
+
+def _row_values(rows: list[RowSampling], device: torch.device) -> _RowValues:
+    """The group's settings and one uniform per row from its own generator (drawn here, on the host): one upload."""
+    table = [
+        (
+            row.params.temperature,
+            row.params.top_p,
+            row.params.min_p,
+            row.params.top_k,
+            (row.generator or random).random(),
+        )
+        for row in rows
+    ]
+    temperature, top_p, min_p, top_k, uniform = _upload(table, torch.float64, device).T.unsqueeze(-1)
+    return _RowValues(temperature.float(), top_p.float(), min_p.float(), top_k.long(), uniform)
+
+
+def _select(tensor: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """The given rows of `tensor` (itself when they are all of them, in order)."""
+    if rows == list(range(tensor.shape[0])):
+        return tensor
+    return tensor.index_select(0, _upload(rows, torch.int64, tensor.device))
+
+
+def _upload(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host values on `device`; to a GPU through pinned memory without waiting for the copy (no host sync)."""
+    tensor = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> None:
-    """In place on one row's logits [vocab], vLLM's (and transformers') repetition penalty: every token in `seen`
-    (bool [vocab]: in the prompt or the output so far) has a positive logit divided by the penalty, a negative one
-    multiplied by it."""
+    """Reference. In place on one row's logits [vocab], vLLM's (and transformers') repetition penalty: every token in
+    `seen` (bool [vocab]: in the prompt or the output so far) has a positive logit divided by the penalty, a negative
+    one multiplied by it."""
     picked = logits[seen]
     logits[seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
 
 
-def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """One token id from fp32 logits [vocab] (ids that must never be emitted already set to -inf, the repetition
-    penalty already applied)."""
-    if params.greedy:
-        return int(torch.argmax(logits))
+def reference_probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Reference. The distribution `sample_token` draws from: fp32 logits [vocab] (penalty already applied) ->
+    probabilities [vocab] summing to 1, in vLLM's order (temperature, min-p, top-k, top-p by a full sort)."""
     scaled = logits / params.temperature
     if params.min_p > 0:
         probs = torch.softmax(scaled, dim=-1)
@@ -92,4 +283,13 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.
         before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the strictly more likely tokens
         sorted_probs = sorted_probs.masked_fill(before >= params.top_p, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-    return int(torch.multinomial(probs, 1, generator=generator))
+        probs = probs / probs.sum()
+    return probs
+
+
+def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """Reference. One token id from fp32 logits [vocab] (ids that must never be emitted already -inf, the repetition
+    penalty already applied), one row at a time."""
+    if params.greedy:
+        return int(torch.argmax(logits))
+    return int(torch.multinomial(reference_probabilities(logits, params), 1, generator=generator))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +42,7 @@ class Sequence:
     prompt: str | None
     prompt_ids: list[int]
     params: SamplingParams
-    generator: torch.Generator | None
+    generator: random.Random | None  # engine/sampling.make_generator; None when greedy
     in_thinking: bool
     stop: StopCheck = None
     sink: OutputSink | None = None  # where the loop hands deltas; a queue's put by default

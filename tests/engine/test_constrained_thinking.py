@@ -186,11 +186,11 @@ def test_stop_tokens_are_masked_before_think_end_and_allowed_once_the_answer_is_
     assert constrained.constraint.active and not answer_pending(constrained.constraint)
     for token in tiny_llm.tokenizer.encode('{"message": "hi"', add_special_tokens=False):
         processor.append_token(constrained, token)
-    (mid_answer,) = runner.pick_tokens([constrained], scripted(eos), processor)
+    (mid_answer,) = runner.pick_tokens([constrained], scripted(eos)[:1], processor)
     assert mid_answer not in eos  # the grammar: the object is not closed yet
     processor.append_token(constrained, tiny_llm.tokenizer.convert_tokens_to_ids("}"))
     assert not constrained.finished
-    (done,) = runner.pick_tokens([constrained], scripted(eos), processor)
+    (done,) = runner.pick_tokens([constrained], scripted(eos)[:1], processor)
     assert done in eos  # the answer is complete: the end token is allowed
     processor.append_token(constrained, done)
     assert constrained.finish_reason == "stop"
