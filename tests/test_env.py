@@ -42,11 +42,9 @@ async def test_a_write_in_one_fork_is_invisible_to_its_siblings_and_parent() -> 
         assert [r.tool for r in b.trajectory] == ["search_contacts", "search_contacts"]
         assert [r.tool for r in parent.trajectory] == ["search_contacts", "search_contacts"]
         assert [t.tool for t in b.session.history] == ["search_contacts", "search_contacts"]
-        ledger_b = b.session.ledger.notes(b.session.records, b.world.tool)
-        assert not any("update_deal_stage" in note for note in ledger_b)
-        assert any(
-            "update_deal_stage" in note for note in a.session.ledger.notes(a.session.records, a.world.tool)
-        )
+        ledger_b = [e.text for e in b.session.ledger.entries(b.world.tool)]
+        assert not any("update_deal_stage" in text for text in ledger_b)
+        assert any("update_deal_stage" in e.text for e in a.session.ledger.entries(a.world.tool))
         new = a.trajectory[-1]
         assert new.index == 2 and new.session == a.id != b.id != parent.id
         assert new.forked_from is not None and (new.forked_from.session, new.forked_from.call) == (

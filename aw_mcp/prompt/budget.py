@@ -68,10 +68,3 @@ def prompt_budget(context_tokens: int, max_tokens: int) -> int:
 def is_context_overflow(message: str) -> bool:
     lowered = message.lower()
     return any(phrase in lowered for phrase in CONTEXT_OVERFLOW_PHRASES)
-
-
-def compaction_note(dropped: int) -> str:
-    return (
-        f"The {dropped} earliest call(s) of this session are left out of this conversation to fit the context; "
-        "the ledger lists what they established. Stay consistent with them."
-    )

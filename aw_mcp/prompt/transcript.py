@@ -8,9 +8,10 @@ Which turns carry what (facts: trained-format.md in the shared docs):
 - android, web, os: every turn shows the then-current screen (`**Current State:**`: the previous observation, or
   the world's `screen:` on turn 1); turn 1 opens with the `**Task Instruction:**` when the world has a `task:`.
 - terminal: turn 1 shows the screen; later turns only the action (each observation already is the next screen).
-- Compaction (context_budget.py) leaves the oldest turns out: the kept turns keep their numbers (`### Turn 37`
-  stays 37), and the first one shown is re-rendered as an opening turn (task and then-current screen), so a
-  compacted prompt never shows the world's initial screen as current.
+- Compaction (WorldSession.fit) leaves the oldest turns out: the kept turns keep their numbers (`### Turn 37`
+  stays 37) and their shape, the first one shown included: a mid-trajectory turn, as the benchmark rows show one
+  (android, web, os: its then-current screen; never the task again, which the compaction note carries). Only a
+  terminal prompt that keeps no earlier turn shows the current screen on its action turn, as turn 1 does.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Transcript:
     def _user_turn(
         self, number: int, tool: str, arguments: dict[str, Any], notes: Iterable[str] = (), *, opening: bool
     ) -> ChatMessage:
+        """Turn `number`; `opening`: no earlier turn is shown before it (turn 1, or everything compacted)."""
         domain = self.world.domain
         shows_screen = domain in EVERY_TURN_SCREEN_DOMAINS or (opening and domain in SCREEN_DOMAINS)
         content = render_user_turn(
@@ -83,7 +85,7 @@ class Transcript:
             arguments,
             notes,
             screen=self.screen_at(number) if shows_screen else None,
-            task=opening and domain in TASK_DOMAINS,
+            task=number == 1 and domain in TASK_DOMAINS,
         )
         return {"role": "user", "content": content}
 
@@ -116,21 +118,10 @@ class Transcript:
         messages = [system]
         digests = [self._system[1]]
         chars = len(system_prompt)
-        if start < len(self.turns):
-            # The first turn shown opens the conversation; turn 1 already was rendered as one.
-            first = (
-                self._messages[2 * start]
-                if start == 0
-                else self._user_turn(
-                    start + 1, self.turns[start].tool, self.turns[start].arguments, opening=True
-                )
-            )
-            messages += [first, *self._messages[2 * start + 1 :]]
-            digests += [
-                self._digests[0] if start == 0 else message_digest(first),
-                *self._digests[2 * start + 1 :],
-            ]
-            chars += len(first["content"]) + self._chars[-1] - self._chars[2 * start + 1]
+        if start < len(self.turns):  # every kept turn as it was rendered, the first one included
+            messages += self._messages[2 * start :]
+            digests += self._digests[2 * start :]
+            chars += self._chars[-1] - self._chars[2 * start]
         notes = [*scoped_facts(self.world, tool), *notes]
         current = self._user_turn(
             len(self.turns) + 1, tool, arguments, notes, opening=start >= len(self.turns)

@@ -13,12 +13,12 @@ from aw_mcp.prompt.budget import (
     HISTORY_OBSERVATION_CHARS,
     clip_text,
     clip_value,
-    compaction_note,
     estimate_tokens,
 )
 from aw_mcp.prompt.render import Turn
 from aw_mcp.prompt.transcript import Prompt, Transcript
-from aw_mcp.sim.ledger import Ledger
+from aw_mcp.sim.ledger import Entry, Ledger, compaction_note, ledger_notes
+from aw_mcp.spec.domains import TASK_DOMAINS
 from aw_mcp.spec.world import WorldSpec
 from aw_mcp.trajectory.records import (
     CallRecord,
@@ -46,7 +46,8 @@ class WorldSession:
         self.now = world.now or now or utc_now()
         self.transcript = Transcript(world)  # the history, rendered for the world model as it grows
         # What earlier calls established (screen domains: only fault-made changes; the screen shows the rest).
-        self.ledger = Ledger(include_writes=world.domain == "mcp")
+        self.ledger = Ledger(include_calls=world.domain == "mcp")
+        self.turn_calls: list[int] = []  # the call index of each history turn (turn N: turn_calls[N - 1])
         self.records: list[CallRecord] = []
         self.listings: list[ListingRecord] = []  # the tools/list requests answered in this session
         self._next_index = 0
@@ -64,6 +65,7 @@ class WorldSession:
         child.now = self.now
         child.transcript = self.transcript.copy()
         child.ledger = self.ledger.copy()
+        child.turn_calls = list(self.turn_calls)
         child.records = list(self.records)
         child.listings = list(self.listings)
         child._next_index = self._next_index
@@ -83,10 +85,20 @@ class WorldSession:
 
     def add(self, record: CallRecord) -> None:
         self.records.append(record)
+        turn = None
         if record.observation is not None and record.error is None and record.in_history:
             seen = record.truth if record.truth is not None else record.observation
             arguments = clip_value(record.arguments)
             self.transcript.append(Turn(record.tool, arguments, clip_text(seen, HISTORY_OBSERVATION_CHARS)))
+            turn = len(self.transcript.turns)
+            self.turn_calls.append(record.index)
+        self.ledger.add(record, turn, len(self.transcript.turns) + 1)
+
+    def calls_before_turn(self, number: int) -> int:
+        """How many of the session's calls came before turn `number` (1-based), turns or not."""
+        if number > len(self.turn_calls):
+            return self._next_index
+        return self.turn_calls[number - 1]
 
     @property
     def history(self) -> list[Turn]:
@@ -101,14 +113,20 @@ class WorldSession:
     # --- compaction: what of the history the world model is shown --------------------------------------------------
 
     def fit(
-        self, system_prompt: str, tool: str, arguments: dict[str, Any], notes: Sequence[str], budget: int
+        self,
+        system_prompt: str,
+        tool: str,
+        arguments: dict[str, Any],
+        notes: Sequence[str],
+        budget: int,
+        ledger: Sequence[Entry] = (),
     ) -> tuple[Prompt, int] | None:
         """The prompt for a call with as much recent history as fits `budget` tokens (the oldest turns go first, a
-        note says so), and the first turn it shows; None when not even the prompt without history fits.
-        Compaction only grows, so later prompts share a prefix."""
+        note says so and the `ledger` entries say what they established), and the first turn it shows; None when
+        not even the prompt without history fits. Compaction only grows, so later prompts share a prefix."""
         start = min(self.compacted, len(self.history))
         while True:
-            shown_notes = [compaction_note(start), *notes] if start else notes
+            shown_notes = [*self.history_notes(start, ledger), *notes]
             prompt = self.transcript.prompt(system_prompt, tool, arguments, shown_notes, start=start)
             if estimate_tokens(prompt.messages, prompt.chars) <= budget:
                 break
@@ -118,6 +136,16 @@ class WorldSession:
             start += max(1, (len(self.history) - start) // 4)
         self.compacted = max(self.compacted, start)
         return prompt, start
+
+    def history_notes(self, start: int, ledger: Sequence[Entry]) -> list[str]:
+        """What a prompt showing the turns from index `start` on does not show (sim/ledger.py): the compaction
+        note, then the ledger's notes."""
+        notes = []
+        if start:
+            task = self.world.task if self.world.domain in TASK_DOMAINS else None
+            calls = self.calls_before_turn(start + 1)
+            notes.append(compaction_note(start + 1, calls, self.ledger.include_calls, task))
+        return notes + ledger_notes(list(ledger), start + 1)
 
     def overflowed(self) -> None:
         """The model's server counted more tokens than the estimate: show it half the remaining turns next time."""

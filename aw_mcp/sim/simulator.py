@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import re
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,7 +42,7 @@ from aw_mcp.prompt.budget import (
     is_context_overflow,
     prompt_budget,
 )
-from aw_mcp.prompt.catalog import CatalogForm
+from aw_mcp.prompt.catalog import CatalogForm, prompt_definition
 from aw_mcp.prompt.constraint import constraint_for
 from aw_mcp.prompt.parse import parse_answer, parse_json_observation
 from aw_mcp.prompt.render import catalog_form, render_result, render_system_prompt
@@ -50,6 +51,7 @@ from aw_mcp.sim.answer import Answer, Generated
 from aw_mcp.sim.call import Call
 from aw_mcp.sim.clock import SYSTEM_CLOCK, Clock
 from aw_mcp.sim.fault_planner import Planner
+from aw_mcp.sim.ledger import Entry
 from aw_mcp.sim.progress import Reporter, monotonic
 from aw_mcp.sim.registry import SessionRegistry
 from aw_mcp.sim.session import RecordingError, WorldSession
@@ -359,28 +361,30 @@ class Simulator:
         if plan.answer is not None and not plan.wants_truth:
             return plan.answer
         # What earlier calls established, read once the before-phase's waits are over.
-        notes = self._notes(call)
+        notes, ledger = self._notes(call), call.session.ledger.entries(self._tool_or_original)
         if plan.wants_truth:
-            plan = fault_phases.settle_truth(call, plan, await self._generate(call, notes))
+            plan = fault_phases.settle_truth(call, plan, await self._generate(call, notes, ledger))
         if plan.answer is not None:
             return plan.answer
-        return fault_phases.after(call, plan, await self._generate(call, [*notes, *plan.notes]))
+        return fault_phases.after(call, plan, await self._generate(call, [*notes, *plan.notes], ledger))
 
     def _tool_or_original(self, name: str) -> ToolSpec | None:
         return self.catalog.get(name) or self.world.tool(name)
 
     def _notes(self, call: Call) -> list[str]:
-        session, tool = call.session, call.tool
-        notes = session.ledger.notes(session.records, self._tool_or_original)
-        if tool.name in self.catalog.added:  # the world model's system prompt predates this tool
-            notes.append(f"This tool was added to the API during the session; its definition: {tool.wire()}")
-        return notes
+        """The notes of this call that hold at any compaction (the ledger's depend on it: WorldSession.fit)."""
+        if call.tool.name not in self.catalog.added:
+            return []
+        # The world model's system prompt predates this tool: its definition, as the catalog lists tools.
+        definition = json.dumps(prompt_definition(call.tool), ensure_ascii=False)
+        return [f"This tool was added to the API during the session; its definition: {definition}"]
 
-    async def _generate(self, call: Call, notes: list[str]) -> Answer:
-        """Ask the world model for this call, with these notes in the prompt."""
+    async def _generate(self, call: Call, notes: list[str], ledger: Sequence[Entry] = ()) -> Answer:
+        """Ask the world model for this call, with these notes (and what of the ledger the prompt needs)."""
         tool, session = call.tool, call.session
         budget = prompt_budget(self.context_tokens, self.params.max_tokens)
-        fitted = session.fit(self.system_prompt(session, tool.name), tool.name, call.arguments, notes, budget)
+        system = self.system_prompt(session, tool.name)
+        fitted = session.fit(system, tool.name, call.arguments, notes, budget, ledger)
         if fitted is None:
             return Answer(
                 f"This call to {tool.name} cannot be simulated: its prompt alone needs more than the world "

@@ -137,7 +137,7 @@ async def test_context_budget_compacts_old_turns_and_records_it() -> None:
     last_prompt = model.calls[-1]["messages"]
     assert sum(len(m["content"]) for m in last_prompt) / 3 < 16384 - 1024
     assert "left out of this conversation" in last_prompt[-1]["content"]
-    assert "Ledger of what earlier calls established" in last_prompt[-1]["content"]
+    assert "What the turns left out established" in last_prompt[-1]["content"]
 
 
 async def test_a_call_that_cannot_fit_fails_alone_and_later_calls_work() -> None:

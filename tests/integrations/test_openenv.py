@@ -96,7 +96,7 @@ def tools_called(env: Any) -> list[str]:
 
 
 def ledger_mentions(env: Any, tool: str) -> bool:
-    return any(tool in note for note in env.session.ledger.notes(env.session.records, env.world.tool))
+    return any(tool in entry.text for entry in env.session.ledger.entries(env.world.tool))
 
 
 # --- through OpenEnv's server, with OpenEnv's clients -----------------------------------------------------------------

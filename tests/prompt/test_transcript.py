@@ -43,15 +43,17 @@ def test_terminal_shows_the_screen_on_turn_one_only() -> None:
 
 def test_compaction_keeps_turn_numbers_and_shows_the_current_page() -> None:
     """Issue 25: after dropping turns 1-10 of a 30-turn web session the next request numbers its turns 11-31 and
-    shows the current page."""
+    shows the current page. Issue 31.5: the first kept turn is a mid-trajectory turn as the benchmark rows show one
+    (its then-current page, no task again: the compaction note carries it), byte for byte as it was rendered."""
     world = web_world()
     transcript = Transcript(world, [Turn("go_back", {}, f"page {k}") for k in range(1, 31)])
+    whole = transcript.prompt("SYS", "go_back", {}).messages
     messages = transcript.prompt("SYS", "go_back", {}, start=10).messages
     users = [m["content"] for m in messages if m["role"] == "user"]
     assert [int(u.split("\n", 1)[0].removeprefix("### Turn ")) for u in users] == list(range(11, 32))
-    assert users[0].startswith(
-        "### Turn 11\n**Task Instruction:**\nBuy a tent.\n\n**Current State:**\npage 10\n\n"
-    )
+    assert users[0] == "### Turn 11\n**Current State:**\npage 10\n\n**Action:**\n```\ngo_back()\n```"
+    assert messages[1:] == whole[21:]  # the kept turns exactly as the uncompacted prompt has them
+    assert "Task Instruction" not in "".join(users)
     assert users[-1].startswith("### Turn 31\n**Current State:**\npage 30\n\n")
     assert "page 0" not in "".join(users)  # never the world's initial page as current
     assert messages[2]["content"] == "**Environment Observation:**\npage 11"
@@ -62,9 +64,11 @@ def test_everything_compacted_the_action_turn_opens_with_the_current_screen() ->
     transcript = Transcript(world, [Turn("go_back", {}, "page 1"), Turn("go_back", {}, "page 2")])
     messages = transcript.prompt("SYS", "go_back", {}, start=2).messages
     assert [m["role"] for m in messages] == ["system", "user"]
-    assert messages[1]["content"].startswith(
-        "### Turn 3\n**Task Instruction:**\nBuy a tent.\n\n**Current State:**\npage 2\n"
-    )
+    assert messages[1]["content"].startswith("### Turn 3\n**Current State:**\npage 2\n")
+    terminal = load_world_text("name: t\ndomain: terminal\nscreen: |\n  $ \n")
+    shell = Transcript(terminal, [Turn("send_keys", {"keystrokes": "ls\n"}, "$ ls\na b\n$ ")])
+    [_, current] = shell.prompt("SYS", "send_keys", {"keystrokes": "pwd\n"}, start=1).messages
+    assert current["content"].startswith("### Turn 2\n**Current State:**\n$ ls\na b\n$ \n\n**Action:**")
 
 
 def test_prompt_hash_is_the_hash_of_its_messages_and_earlier_turns_are_rendered_once() -> None:

@@ -372,8 +372,11 @@ def test_bundled_fault_world_is_valid_and_uses_many_kinds_and_modes() -> None:
     assert main(["validate", str(REPO / "worlds" / "faults_payments.yaml")]) == 0
 
 
-def test_ledger_lists_writes_and_fault_made_changes() -> None:
-    from aw_mcp.sim.ledger import ledger_notes
+def test_ledger_gives_fault_made_changes_always_and_left_out_turns_after_compaction() -> None:
+    """Issue 31.3: what the kept turns show is never repeated. A counterfactual's change and a wrong-content
+    fault's truth are always noted; what a call established is noted only once its turn is left out (compaction),
+    as JSON numbered by turn (an error call or an invalid one never became a turn and establishes nothing)."""
+    from aw_mcp.sim.ledger import Ledger, ledger_notes
     from aw_mcp.trajectory.records import CallRecord
 
     world = load_world_text(_WORLD.format(perturbations="[]"))
@@ -391,35 +394,61 @@ def test_ledger_lists_writes_and_fault_made_changes() -> None:
         )
 
     records = [
-        record(0, "get_order", '{"id": "ORD-1", "status": "shipped"}'),  # read-only: nothing established
-        record(1, "cancel_order", '{"order": {"id": "ORD-1", "status": "cancelled", "refund_id": "rf_9"}}'),
-        record(2, "cancel_order", "Error: 409 Conflict", is_error=True),
-        record(
+        (record(0, "get_order", '{"id": "ORD-1", "status": "shipped"}'), 1),  # a read
+        (
+            record(
+                1, "cancel_order", '{"order": {"id": "ORD-1", "status": "cancelled", "refund_id": "rf_9"}}'
+            ),
+            2,
+        ),
+        (record(2, "cancel_order", "Invalid arguments", error="invalid arguments", in_history=False), None),
+        (
+            record(
+                3,
+                "get_order",
+                '{"id": "ORD-1", "status": "delivered"}',
+                faults=[
+                    {"name": "w", "kind": "wrong_content", "instruction": "shows delivered", "applied": True}
+                ],
+            ),
             3,
-            "get_order",
-            '{"id": "ORD-1", "status": "delivered"}',
-            faults=[
-                {"name": "w", "kind": "wrong_content", "instruction": "shows delivered", "applied": True}
-            ],
         ),
-        record(
+        (
+            record(
+                4,
+                "cancel_order",
+                "Cancelled with a fee.",
+                faults=[
+                    {"name": "c", "kind": "counterfactual", "instruction": "fees apply", "applied": True}
+                ],
+            ),
             4,
-            "cancel_order",
-            "Cancelled with a fee.",
-            faults=[{"name": "c", "kind": "counterfactual", "instruction": "fees apply", "applied": True}],
         ),
     ]
-    notes = ledger_notes(records, world.tool)
-    assert notes == [
-        "Ledger of what earlier calls established (stay consistent with it):",
-        'Call #2 cancel_order {"order_id": "ORD-1"} established: id="ORD-1", status="cancelled", refund_id="rf_9"',
-        "Call #4 (get_order) deliberately showed wrong content (shows delivered); the true state did not change.",
-        "Since call #5 this holds in the world: fees apply",
-        'Call #5 cancel_order {"order_id": "ORD-1"} established: returned \'Cancelled with a fee.\'',
+    ledger = Ledger()
+    for entry, turn in records:
+        ledger.add(entry, turn, (turn or 2) + 1)
+    entries = ledger.entries(world.tool)
+    faults = [
+        "Turn 3 (get_order) deliberately showed wrong content (shows delivered); the true state did not change.",
+        "From turn 4 on, this holds in the world: fees apply",
     ]
-    only_faults = ledger_notes(records, world.tool, include_writes=False)
-    assert len(only_faults) == 3 and all("established:" not in n for n in only_faults)
-    assert ledger_notes(records[:1], world.tool) == []
+    assert ledger_notes(entries, first_kept_turn=1) == faults  # nothing left out: the turns show the rest
+    [*kept, left_out] = ledger_notes(entries, first_kept_turn=3)  # turns 1 and 2 left out
+    assert kept == faults
+    assert left_out.splitlines()[1:] == [
+        '  {"turn": 1, "tool": "get_order", "arguments": {"order_id": "ORD-1"}, '
+        '"established": {"id": "ORD-1", "status": "shipped"}}',
+        '  {"turn": 2, "tool": "cancel_order", "arguments": {"order_id": "ORD-1"}, '
+        '"established": {"id": "ORD-1", "status": "cancelled", "refund_id": "rf_9"}}',
+    ]
+    # Bounded: the oldest reads go first, then writes; a write compaction removed stays while a read can go.
+    [*_, bounded] = ledger_notes(entries, first_kept_turn=3, limit=150)
+    assert '"turn": 2' in bounded and '"turn": 1' not in bounded and "1 older entry not listed" in bounded
+    screens = Ledger(include_calls=False)
+    for entry, turn in records:
+        screens.add(entry, turn, (turn or 2) + 1)
+    assert ledger_notes(screens.entries(world.tool), first_kept_turn=5) == faults
 
 
 def test_the_world_spec_loads_without_the_code_that_applies_faults() -> None:
