@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,8 @@ from aw_mcp.backends.preflight import (
     check_openai,
     weight_bytes,
 )
-from tests.conftest import REPO, SUBPROCESS_S, needs_engine
+from aw_mcp.cli import main
+from tests.conftest import needs_engine
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 
@@ -70,18 +69,16 @@ def test_an_unreachable_server_fails_the_preflight_within_seconds() -> None:
         assert time.monotonic() - started < 10 * 0.5
 
 
-def test_serve_with_an_unreachable_base_url_exits_with_the_ways_out(tmp_path: Path) -> None:
+def test_serve_with_an_unreachable_base_url_exits_with_the_ways_out(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    proc = subprocess.run(
-        [sys.executable, "-m", "aw_mcp", "serve", "--world", "mcp_crm", "--base-url", url],
-        cwd=str(REPO),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=SUBPROCESS_S,
-    )
-    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
-    assert url in proc.stderr and "vllm serve" in proc.stderr and "drop --base-url" in proc.stderr
+    code = main(
+        ["serve", "--world", "mcp_crm", "--base-url", url]
+    )  # in-process: a subprocess adds only start-up
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert url in err and "vllm serve" in err and "drop --base-url" in err
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,15 +17,20 @@ from aw_mcp.spec.bundled import bundled_worlds
 from tests.conftest import REPO, SUBPROCESS_S
 
 
-def aw(*args: str, timeout: float = SUBPROCESS_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aw_mcp", *args],
-        cwd=str(REPO),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def aw(capsys: pytest.CaptureFixture[str], *args: str) -> Ran:
+    """`aw-mcp ARGS` in-process, through the entry point's main(argv): what a user's shell would show (a
+    subprocess would add only its start-up; the console script's own path is tested below)."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return Ran(code, out, err)
 
 
 def one_line(stderr: str) -> str:
@@ -34,28 +40,37 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-def test_unknown_tool_is_one_line_naming_the_tools() -> None:
-    proc = aw("call", "--world", "mcp_crm", "get_contcat", "--backend", "demo")
+def test_unknown_tool_is_one_line_naming_the_tools(capsys: pytest.CaptureFixture[str]) -> None:
+    proc = aw(capsys, "call", "--world", "mcp_crm", "get_contcat", "--backend", "demo")
     line = one_line(proc.stderr)
     assert proc.returncode == 1 and proc.stdout == ""
     assert line.startswith("aw-mcp call: Unknown tool: 'get_contcat'") and "get_contact" in line
 
 
-def test_unknown_world_lists_the_bundled_worlds() -> None:
-    proc = aw("serve", "--world", "nosuch")
+def test_unknown_world_lists_the_bundled_worlds(capsys: pytest.CaptureFixture[str]) -> None:
+    proc = aw(capsys, "serve", "--world", "nosuch")
     line = one_line(proc.stderr)
     assert proc.returncode == 1
     assert "no bundled world named 'nosuch'" in line
     assert all(p.stem in line for p in bundled_worlds())
 
 
-def test_port_in_use_is_one_line_before_any_serving_line() -> None:
+def test_port_in_use_is_one_line_before_any_serving_line(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
         proc = aw(
-            "serve", "--world", "mcp_crm", "--backend", "demo", "--transport", "http", "--port", str(port)
+            capsys,
+            "serve",
+            "--world",
+            "mcp_crm",
+            "--backend",
+            "demo",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
         )
     line = one_line(proc.stderr)
     assert proc.returncode == 1 and "serving" not in proc.stderr

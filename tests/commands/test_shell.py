@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from aw_mcp.cli import main
 from aw_mcp.commands.shell import LineError, parse_line
-from tests.conftest import REPO, SUBPROCESS_S
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 SCRIPT = """\
@@ -40,18 +42,39 @@ def answers(body: dict, call_number: int) -> Reply:
     return Reply(content="**Environment Observation:**\nOrder ORD-1001 cancelled.")
 
 
-def run_shell(world: Path, backend: ScriptedOpenAIServer, *flags: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "aw_mcp", "shell", "--world", str(world), "--backend", "openai"]
-    command += ["--base-url", backend.base_url, "--model", "m", *flags]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AW_")}
-    return subprocess.run(
-        command, input=SCRIPT, capture_output=True, text=True, cwd=REPO, env=env, timeout=SUBPROCESS_S
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def shell(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Ran]:
+    """`aw-mcp shell ARGS` in-process (main(argv)) with `stdin` piped in: a subprocess would add only its
+    start-up. No AW_* variable of the machine's reaches it."""
+    for key in [k for k in os.environ if k.startswith("AW_")]:
+        monkeypatch.delenv(key)
+
+    def run(*args: str, stdin: str = SCRIPT) -> Ran:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        capsys.readouterr()
+        code = main(["shell", *args])
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return run
+
+
+def run_shell(shell: Callable[..., Ran], world: Path, backend: ScriptedOpenAIServer, *flags: str) -> Ran:
+    return shell(
+        "--world", str(world), "--backend", "openai", "--base-url", backend.base_url, "--model", "m", *flags
     )
 
 
-def test_shell_piped_human_output(small_world_path: Path) -> None:
+def test_shell_piped_human_output(shell: Callable[..., Ran], small_world_path: Path) -> None:
     with ScriptedOpenAIServer(answers) as backend:
-        done = run_shell(small_world_path, backend)
+        done = run_shell(shell, small_world_path, backend)
     assert done.returncode == 0, done.stderr
     out, err = done.stdout, done.stderr
     assert "get_order(order_id) [read-only, structured]  Get order" in out
@@ -81,9 +104,9 @@ def test_shell_piped_human_output(small_world_path: Path) -> None:
     assert "world-model" not in out and ">" not in out.splitlines()[0]  # no prompt noise when piped
 
 
-def test_shell_json_lines(small_world_path: Path) -> None:
+def test_shell_json_lines(shell: Callable[..., Ran], small_world_path: Path) -> None:
     with ScriptedOpenAIServer(answers) as backend:
-        done = run_shell(small_world_path, backend, "--json")
+        done = run_shell(shell, small_world_path, backend, "--json")
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [t["name"] for t in lines[0]["tools"]] == ["get_order", "cancel_order"]
@@ -98,25 +121,9 @@ def test_shell_json_lines(small_world_path: Path) -> None:
     assert [r["tool"] for r in lines[7]["history"]] == ["get_order", "cancel_order", "get_order"]
 
 
-def test_shell_missing_world_is_a_clean_error(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aw_mcp",
-            "shell",
-            "--world",
-            str(tmp_path / "none.yaml"),
-            "--backend",
-            "replay",
-        ],
-        input="tools\n",
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=SUBPROCESS_S,
-    )
-    assert done.returncode != 0 and "Traceback" not in done.stderr
+def test_shell_missing_world_is_a_clean_error(shell: Callable[..., Ran], tmp_path: Path) -> None:
+    done = shell("--world", str(tmp_path / "none.yaml"), "--backend", "replay", stdin="tools\n")
+    assert done.returncode != 0 and "Traceback" not in done.stderr and "none.yaml" in done.stderr
 
 
 @pytest.mark.parametrize(
