@@ -71,6 +71,7 @@ from aw_mcp.backends.openai_body import (
     read_limited,
     reasoning_of,
     retry_after_seconds,
+    utf8_text,
     wire_limit,
 )
 from aw_mcp.backends.openai_dialects import (
@@ -90,6 +91,7 @@ from aw_mcp.backends.openai_dialects import (
     schema_name,
     vllm_dialect,
 )
+from aw_mcp.core.endpoint import endpoint
 from aw_mcp.core.model_io import (
     AnswerConstraint,
     AnswerTooLarge,
@@ -100,7 +102,7 @@ from aw_mcp.core.model_io import (
     GenerationParams,
     ProgressCallback,
 )
-from aw_mcp.core.redaction import redact_secrets, redact_text, redact_url, register_secret
+from aw_mcp.core.redaction import redact_secrets, redact_text, redact_url, register_secret, url_secrets
 from aw_mcp.core.settings import read_settings
 from aw_mcp.prompt.constraint import ANSWER_INDENT
 from aw_mcp.prompt.grammar_text import NotExpressible, framed_grammar
@@ -160,8 +162,10 @@ class OpenAIWorldModel(WorldModel):
         """`dialect`: how the server takes constraints (a key of DIALECTS); None: found out on the first
         constrained call."""
         self.base_url = base_url.rstrip("/")
-        self._raw_url = f"{self.base_url}/chat/completions"
+        self._raw_url = endpoint(self.base_url, "chat/completions")  # a query in the base URL stays a query
         self.url = redact_url(self._raw_url)  # what messages show
+        for secret in url_secrets(self.base_url):  # `user:pw@` or `?api_key=` in the URL: redacted everywhere
+            register_secret(secret)
         self.model = model
         # A world file's own base_url gets no key unless trusted (send_api_key=False): a shared world file must
         # not be able to collect AW_API_KEY.
@@ -287,9 +291,10 @@ class OpenAIWorldModel(WorldModel):
 
     async def _identify(self) -> Dialect | None:
         try:
-            key = dialect_of(await self._get_json(f"{self.base_url}/models"), self.model)
+            key = dialect_of(await self._get_json(endpoint(self.base_url, "models")), self.model)
             if key == "vllm":
-                key = vllm_dialect(await self._get_json(f"{self.base_url.removesuffix('/v1')}/version"))
+                version = endpoint(self.base_url, "version", drop_suffix="/v1")
+                key = vllm_dialect(await self._get_json(version))
         except httpx.TransportError as error:
             log.debug(
                 "could not identify world model server %s: %s",
@@ -589,7 +594,7 @@ class OpenAIWorldModel(WorldModel):
                 acc.finish_reason = choice["finish_reason"]
 
     def _read_whole(self, raw: bytes, limit: int) -> Accumulator:
-        text = raw.decode("utf-8", errors="replace")
+        text = utf8_text(raw)
         try:
             completion = json.loads(text)
         except json.JSONDecodeError as error:

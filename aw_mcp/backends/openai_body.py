@@ -151,9 +151,20 @@ async def body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:
                 await anyio.lowlevel.checkpoint()
 
 
+def utf8_text(data: bytes | bytearray, what: str = "the answer") -> str:
+    """`data` as UTF-8 text; bytes that are not UTF-8 are a Retryable error naming the first one, in a plain
+    body and a stream alike (a stream's used to become U+FFFD text)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Retryable(
+            f"{what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start:,}: {exc.reason})"
+        ) from None
+
+
 def _decoded_lines(line: bytearray) -> list[str]:
     """One line as text: a CR before the LF is dropped; a lone CR also ends a line (SSE allows CR, LF, CRLF)."""
-    text = line.decode("utf-8", errors="replace")
+    text = utf8_text(line, "a line of the streamed answer")
     return text.removesuffix("\r").split("\r")
 
 

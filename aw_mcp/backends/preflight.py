@@ -24,6 +24,7 @@ import httpx
 
 from aw_mcp.backends.engine_extra import require_engine
 from aw_mcp.backends.resolve import DEFAULT_MODEL, BackendChoice, sends_api_key
+from aw_mcp.core.endpoint import endpoint
 from aw_mcp.core.errors import ServeError
 from aw_mcp.core.redaction import redact_secrets, redact_text, redact_url
 from aw_mcp.core.settings import read_settings
@@ -73,7 +74,7 @@ def check_openai(
 ) -> None:
     """`api_key`: sent as a bearer token; the caller decides whether this URL may have it (`preflight` does).
     `withheld_key`: AW_API_KEY is set but not for this URL (a refusal then says why)."""
-    url = f"{base_url.rstrip('/')}/models"
+    url = endpoint(base_url, "models")
     shown = redact_url(base_url)  # `http://user:pw@host` is shown as `http://***@host`
     headers = {"Accept-Encoding": "identity"}
     if api_key:
@@ -82,6 +83,7 @@ def check_openai(
         with httpx.stream("GET", url, headers=headers, timeout=timeout_s) as response:
             status = response.status_code
             body = _head(response, PREFLIGHT_BODY_BYTES) if status == 200 else b""
+            location = response.headers.get("location", "")
     except httpx.HTTPError as exc:
         reason = redact_secrets(redact_text(str(exc) or type(exc).__name__, base_url))
         raise PreflightError(
@@ -96,6 +98,12 @@ def check_openai(
                 if withheld_key
                 else "set AW_API_KEY to the key it expects"
             )
+        )
+    if 300 <= status < 400:  # calls are not redirected either: every one would fail "HTTP 30x"
+        to = f" to {redact_secrets(redact_url(location))}" if location else ""
+        raise PreflightError(
+            f"the model server at {shown} answered GET /models with a redirect (HTTP {status}{to}); calls are not "
+            "redirected, so each would fail the same way: pass the URL it redirects to as --base-url (AW_BASE_URL)"
         )
     if status != 200:
         log.debug("preflight: %s answered %s; the server is up", redact_url(url), status)

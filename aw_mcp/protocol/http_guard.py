@@ -2,9 +2,9 @@
 POST body checked before the SDK reads it (a malformed JSON-RPC message answered with its error), and freeing a
 world session when its client ends the transport session (DELETE).
 
-Binding to a non-loopback address without a token is refused unless the operator says so; the SDK turns its
-DNS-rebinding protection on only for loopback hosts, so for any other bind address the allowed Host/Origin list
-is built here (loopback names plus each `--allowed-host`), never switched off.
+Binding to a non-loopback address without a token is refused unless the operator says so. The allowed Host/Origin
+list is built here for every bind address (loopback names, the bind host, each `--allowed-host`) and checked by
+host_check.py, parsed as host and port, never switched off.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import mcp.types as types
 from mcp.server.transport_security import (
@@ -25,13 +24,17 @@ from mcp.server.transport_security import (
 from starlette.requests import Request
 
 from aw_mcp.core.errors import ServeError
+from aw_mcp.protocol.host_check import (
+    WILDCARD_BINDS,
+    ASGIApp,
+    HostPolicy,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+)
 from aw_mcp.protocol.jsonrpc_checks import check_message_off_loop
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
@@ -70,30 +73,13 @@ def check_exposure(options: HttpOptions) -> str | None:
     return f"warning: serving on {options.host} without authentication (--allow-unauthenticated)"
 
 
-def transport_security(options: HttpOptions) -> TransportSecuritySettings:
-    """Host/Origin checks for every bind address: loopback names, the bind host itself unless it is a wildcard,
-    and each `--allowed-host` (NAME or NAME:PORT)."""
+def host_policy(options: HttpOptions) -> HostPolicy:
+    """Host/Origin checks for every bind address (host_check.py): loopback names, the bind host itself unless it
+    is a wildcard, and each `--allowed-host` (NAME or NAME:PORT, any case)."""
     names = [*LOOPBACK_NAMES]
-    if options.host not in ("0.0.0.0", "::", ""):
+    if options.host not in WILDCARD_BINDS:
         names.append(options.host)
-    names += options.allowed_hosts
-    hosts: list[str] = []
-    origins: list[str] = []
-    for name in dict.fromkeys(names):
-        bare = f"[{name}]" if ":" in name and not name.startswith("[") and name.count(":") > 1 else name
-        pattern = bare if ":" in bare.rsplit("]", 1)[-1] else f"{bare}:*"
-        hosts.append(pattern)
-        origins += [f"http://{pattern}", f"https://{pattern}"]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
-    )
-
-
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers") or ():
-        if key.lower() == name:
-            return bytes(value)
-    return None
+    return HostPolicy.of([*names, *options.allowed_hosts])
 
 
 def bearer_token(value: bytes) -> bytes | None:
@@ -117,7 +103,7 @@ class BearerAuth:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = bearer_token(_header(scope, b"authorization") or b"") or b""
+        given = bearer_token(header(scope, b"authorization") or b"") or b""
         if hmac.compare_digest(given, self.expected):
             await self.app(scope, receive, send)
             return
@@ -172,7 +158,7 @@ class CheckJsonRpcBodies:
         ):
             await self.app(scope, receive, send)  # the SDK answers these, refusals included
             return
-        declared = _header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_size:
             await self.app(scope, receive, send)
             return
@@ -187,6 +173,9 @@ class CheckJsonRpcBodies:
             complete = not message.get("more_body", False)
         if complete:
             checked = await check_message_off_loop(b"".join(m.get("body", b"") for m in chunks))
+            if checked is None:  # a notification it cannot read: accepted, never answered
+                await _accepted(send)
+                return
             if isinstance(checked, types.JSONRPCError):
                 await _answer(send, checked)
                 return
@@ -195,6 +184,11 @@ class CheckJsonRpcBodies:
             return chunks.pop(0) if chunks else await receive()
 
         await self.app(scope, replay, send)
+
+
+async def _accepted(send: Send) -> None:
+    await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def _answer(send: Send, error: types.JSONRPCError) -> None:
@@ -222,7 +216,7 @@ class ReleaseOnDelete:
         if scope["type"] != "http" or scope.get("method") != "DELETE":
             await self.app(scope, receive, send)
             return
-        sid = _header(scope, b"mcp-session-id")
+        sid = header(scope, b"mcp-session-id")
         status = 0
 
         async def watch(message: Message) -> None:

@@ -16,8 +16,11 @@ bodies):
   number of more than 4,300 digits, nesting deeper than 128 levels.
 
 A malformed response (a message with `result` or `error`) is answered with `id: null`: its id belongs to the
-server's own requests, so echoing it could fail one of the client's. Notifications that are well formed get no
-answer, and neither does a blank line. `checked_stdio_server` is the SDK's `stdio_server` with its stdin reader
+server's own requests, so echoing it could fail one of the client's. A notification (a well-formed envelope with
+no id) is never answered, even when its params cannot be read (a 5,000-digit `requestId`): `check_message` says
+None, and the message is dropped (over HTTP: 202, as for any notification); neither is a blank line. A line that
+is not UTF-8 is -32700 on stdio as over HTTP (it was decoded with U+FFFD before, which changed the id it answered
+with). `checked_stdio_server` is the SDK's `stdio_server` with its stdin reader
 replaced by one that checks each line this way.
 """
 
@@ -45,6 +48,7 @@ INVALID_PARAMS = -32602
 
 MAX_DEPTH = 128  # levels of nesting in one message (the SDK's own JSON reader gives up near 200)
 MAX_NUMBER_DIGITS = 4300  # digits before the point: the SDK's JSON reader, and CPython's int(), take no more
+NOT_UTF8 = "Parse error: the message is not UTF-8"
 THREAD_CHARS = 64 * 1024  # a message this long is checked in a worker thread, off the event loop
 _SHALLOW_TOKENS = 200_000  # a too-deep message is read this far for its id
 
@@ -200,13 +204,14 @@ def _check_too_deep(text: str) -> types.JSONRPCError:
     return refusal(INVALID_REQUEST, f"Invalid Request: the message is {deep}", request_id)
 
 
-def check_message(raw: str | bytes) -> types.JSONRPCMessage | types.JSONRPCError:
-    """The message a line or body carries, or the JSON-RPC error that answers it (see the module docstring)."""
+def check_message(raw: str | bytes) -> types.JSONRPCMessage | types.JSONRPCError | None:
+    """The message a line or body carries, the JSON-RPC error that answers it, or None for a notification this
+    server cannot read (never answered; see the module docstring)."""
     if isinstance(raw, bytes | bytearray):
         try:
             text = bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
-            return refusal(PARSE_ERROR, "Parse error: the message is not UTF-8")
+            return refusal(PARSE_ERROR, NOT_UTF8)
     else:
         text = raw
     if nesting_depth(text) > MAX_DEPTH:
@@ -242,8 +247,11 @@ def check_message(raw: str | bytes) -> types.JSONRPCMessage | types.JSONRPCError
             return refusal(
                 INVALID_REQUEST, 'Invalid Request: "params" must be an object (named parameters)', request_id
             )
+    notification = is_request and "id" not in keys  # its envelope is well formed: it must not be answered
     surrogates = _LONE_SURROGATE_ESCAPE.search(text) is not None or _SURROGATE.search(text) is not None
     problem = _unreadable(doc, surrogates=surrogates) if surrogates or long_numbers else None
+    if problem is not None and notification:
+        return None
     if problem is not None:
         path, what = problem
         if is_request and path[0] == "params":
@@ -252,6 +260,8 @@ def check_message(raw: str | bytes) -> types.JSONRPCMessage | types.JSONRPCError
     try:
         return types.jsonrpc_message_adapter.validate_python(doc, by_name=False)
     except ValidationError as exc:
+        if notification:
+            return None
         if not is_request:
             detail = (
                 "a malformed response (result must be an object; error needs an integer code and a message)"
@@ -263,7 +273,7 @@ def check_message(raw: str | bytes) -> types.JSONRPCMessage | types.JSONRPCError
         return refusal(INVALID_REQUEST, f"Invalid Request: {detail}"[:300], request_id)
 
 
-async def check_message_off_loop(raw: str | bytes) -> types.JSONRPCMessage | types.JSONRPCError:
+async def check_message_off_loop(raw: str | bytes) -> types.JSONRPCMessage | types.JSONRPCError | None:
     """`check_message`, in a worker thread for a long message so the event loop keeps serving."""
     if len(raw) < THREAD_CHARS:
         return check_message(raw)
@@ -341,7 +351,12 @@ async def _read_checked(
         async for line in lines:
             if not line.strip():
                 continue  # not a message: nothing to answer
-            checked = await check_message_off_loop(line)
+            if not line.isascii() and _SURROGATE.search(line):  # bytes that are not UTF-8 (surrogateescape)
+                checked: types.JSONRPCMessage | types.JSONRPCError | None = refusal(PARSE_ERROR, NOT_UTF8)
+            else:
+                checked = await check_message_off_loop(line)
+            if checked is None:
+                continue  # a notification: never answered
             try:
                 if isinstance(checked, types.JSONRPCError):
                     await answers.send(SessionMessage(checked))
@@ -361,7 +376,8 @@ async def checked_stdio_server() -> AsyncIterator[
     from mcp.server.stdio import stdio_server
 
     with _claimed_stdin() as stdin_binary:
-        lines = anyio.wrap_file(_UnownedTextWrapper(stdin_binary, encoding="utf-8", errors="replace"))
+        # surrogateescape: a byte that is not UTF-8 stays recognisable (a -32700), instead of becoming U+FFFD
+        lines = anyio.wrap_file(_UnownedTextWrapper(stdin_binary, encoding="utf-8", errors="surrogateescape"))
         async with stdio_server(stdin=_NoLines()) as (_, write_stream):  # type: ignore[arg-type]
             accepted, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             async with anyio.create_task_group() as tg:

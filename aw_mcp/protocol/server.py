@@ -29,16 +29,18 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from aw_mcp.core.errors import ServeError
 from aw_mcp.core.model_io import BackendError
+from aw_mcp.core.redaction import register_secret
 from aw_mcp.core.version import __version__
 from aw_mcp.eval.scorecard import score
 from aw_mcp.protocol.fork_route import ForkRoute
+from aw_mcp.protocol.host_check import CheckHostAndOrigin, sdk_settings
 from aw_mcp.protocol.http_guard import (
     BearerAuth,
     CheckJsonRpcBodies,
     HttpOptions,
     ReleaseOnDelete,
     check_exposure,
-    transport_security,
+    host_policy,
 )
 from aw_mcp.protocol.jsonrpc_checks import checked_stdio_server
 from aw_mcp.sim.registry import TRANSPORT_SESSION_PREFIX
@@ -450,7 +452,7 @@ def build_http_app(app: WorldApp, options: HttpOptions) -> Any:
     sessions freed on DELETE, each POST body checked before the SDK reads it (a malformed one is answered with
     its JSON-RPC error), and the bearer token checked first when one is set."""
     server = build_server(app)
-    security = transport_security(options)
+    security = sdk_settings()  # the SDK checks Content-Type; Host/Origin are checked in front (host_check.py)
     asgi: Any = server.streamable_http_app(host=options.host, transport_security=security)
     registry = app.simulator.registry
 
@@ -461,7 +463,9 @@ def build_http_app(app: WorldApp, options: HttpOptions) -> Any:
     asgi = ReleaseOnDelete(asgi, release)
     asgi = CheckJsonRpcBodies(asgi, security)
     asgi = ForkRoute(asgi, app.simulator, security)
+    asgi = CheckHostAndOrigin(asgi, host_policy(options))
     if options.auth_token:
+        register_secret(options.auth_token)  # a server-side echo of it is redacted like the model's key
         asgi = BearerAuth(asgi, options.auth_token)
     return asgi
 
@@ -473,6 +477,8 @@ async def serve_http(
     (or takes `sock`, bound by the caller) before saying it serves there."""
     import uvicorn
 
+    from aw_mcp.protocol.http_timeouts import server_config  # uvicorn is imported only to serve HTTP
+
     options = options or HttpOptions()
     warning = check_exposure(options)
     if warning:
@@ -480,7 +486,7 @@ async def serve_http(
     asgi = build_http_app(app, options)
     sock = sock or listen_socket(options.host, options.port)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(asgi, host=options.host, port=port, log_level="warning", lifespan="on")
+    config = server_config(asgi, options.host, port, lifespan="on")  # request-read and keep-alive timeouts
     auth = " (bearer token required)" if options.auth_token else ""
     print(
         f"aw-mcp: serving {app.world.name} on http://{options.host}:{port}/mcp{auth}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -83,7 +84,25 @@ class _Line(BaseModel):
         return self.model_dump()
 
     def to_line(self) -> str:
-        return json.dumps(self.to_json(), ensure_ascii=False, default=str)
+        """The line: JSON that any strict reader parses. A NaN or infinite number (Python reads `NaN`,
+        `Infinity` and `1e400`; JSON has no such numbers) is written as the string "NaN", "Infinity" or
+        "-Infinity"."""
+        value = self.to_json()
+        try:
+            return json.dumps(value, ensure_ascii=False, default=str, allow_nan=False)
+        except ValueError:
+            return json.dumps(_finite(value), ensure_ascii=False, default=str, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with each NaN or infinite float as its JavaScript spelling, a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 class ForkPoint(BaseModel):

@@ -23,6 +23,7 @@ from aw_mcp.cli import main
 from aw_mcp.core.model_io import BackendError, GenerationParams
 from aw_mcp.load.world import load_world_text
 from aw_mcp.protocol.http_guard import HttpOptions
+from aw_mcp.protocol.http_timeouts import server_config
 from aw_mcp.protocol.server import WorldApp, build_http_app
 from aw_mcp.sim.simulator import Simulator
 from aw_mcp.spec.world import ModelSettings
@@ -58,7 +59,7 @@ async def http_world(
     world = load_world_text(world_text)
     simulator = Simulator(world, ScriptedWorldModel(lambda *_: observation("Order cancelled.")))
     asgi = build_http_app(WorldApp(simulator, world_text), options)
-    server = uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=options.port, log_level="warning"))
+    server = uvicorn.Server(server_config(asgi, "127.0.0.1", options.port))  # the product's timeouts
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
         while not server.started:
