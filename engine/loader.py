@@ -202,18 +202,25 @@ def build_model(
     progress: bool = True,
 ) -> nn.Module:
     """Create the model without initialising it (meta tensors), allocate it on `device`, then load the weights."""
-    from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
-
-    with torch.device("meta"):
-        model = Qwen3_5MoeForCausalLM(config)
-    model.to(dtype)
-    if not hf_compat_dtypes:
-        for name, param in model.named_parameters():
-            if name.endswith(FP32_PARAM_SUFFIXES):
-                param.data = param.data.float()
+    model = meta_model(config, dtype, fp32_params=not hf_compat_dtypes)
     model.to_empty(device=device)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     load_weights(model, path, device, progress=progress)
     model.requires_grad_(False).fuse_weights()
     return model.eval()
+
+
+def meta_model(config, dtype: torch.dtype, fp32_params: bool = True) -> nn.Module:
+    """The model on the meta device (no memory) in `dtype`; with `fp32_params` A_log, dt_bias and the DeltaNet
+    norm in fp32, as the loaders keep them."""
+    from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen3_5MoeForCausalLM(config)
+    model.to(dtype)
+    if fp32_params:
+        for name, param in model.named_parameters():
+            if name.endswith(FP32_PARAM_SUFFIXES):
+                param.data = param.data.float()
+    return model

@@ -28,8 +28,7 @@ from tqdm import tqdm
 
 from engine.config import Config
 from engine.gguf.reader import GGUFCheckpoint, GGUFTensor
-from engine.loader import FP32_PARAM_SUFFIXES, CheckpointError
-from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
+from engine.loader import CheckpointError, meta_model
 from engine.quant.formats import GGMLType
 from engine.quant.weight import QuantizedExperts, QuantizedWeight, QuantTensor, replace_parameter
 
@@ -275,12 +274,7 @@ def build_gguf_model(
     the device as stored; on a CPU the memory-mapped file itself), float tensors copied into parameters of
     `dtype` (A_log, dt_bias and the DeltaNet norm in fp32, as the safetensors loader keeps them)."""
     config.tie_word_embeddings = "output.weight" not in checkpoint.tensors
-    with torch.device("meta"):
-        model = Qwen3_5MoeForCausalLM(config)
-    model.to(dtype)
-    for name, param in model.named_parameters():
-        if name.endswith(FP32_PARAM_SUFFIXES):
-            param.data = param.data.float()
+    model = meta_model(config, dtype)
     builder = _Builder(model, config, device, dtype)
     tensors = sorted(checkpoint.tensors.values(), key=lambda t: t.name)
     for tensor in tqdm(tensors, desc="loading GGUF", unit="tensor", file=sys.stderr, disable=not progress):

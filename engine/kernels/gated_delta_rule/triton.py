@@ -48,26 +48,49 @@ def _load_qk_rows(ptr, rows, row_ok, head, n_heads, kk, k_ok, DIM: tl.constexpr,
 
 
 @triton.jit
-def _load_sub_chunk(
-    k_ptr, v_ptr, g_ptr, beta_ptr, first_row, eos, hk, hv,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    USE_L2NORM: tl.constexpr,
-):  # fmt: skip
-    """Rows first_row .. first_row + 15 of a chunk: l2-normed keys, values, log-decays and betas (zeros past the
-    sequence end)."""
-    rows = first_row + tl.arange(0, 16)  # BC
+def _slice_gates(g_ptr, beta_ptr, first_row, eos, hv, HV: tl.constexpr):
+    """Log-decays and betas of rows first_row .. first_row + 15 of a chunk (zeros past the sequence end)."""
+    rows = first_row + tl.arange(0, 16)
     row_ok = rows < eos
-    kk = tl.arange(0, BK)
-    vv = tl.arange(0, BV)
-    k = _load_qk_rows(k_ptr, rows, row_ok, hk, H, kk, kk < K, K, USE_L2NORM)
-    v = tl.load(
-        v_ptr + (rows.to(tl.int64)[:, None] * HV + hv) * V + vv[None, :],
-        mask=row_ok[:, None] & (vv < V)[None, :],
-        other=0.0,
-    ).to(tl.float32)
     g = tl.load(g_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
-    return k, v, g, beta
+    return g, beta
+
+
+@triton.jit
+def _slice_keys(
+    k_ptr, first_row, eos, hk, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr
+):
+    """The l2-normed keys of rows first_row .. first_row + 15 (zeros past the sequence end)."""
+    rows = first_row + tl.arange(0, 16)
+    kk = tl.arange(0, BK)
+    return _load_qk_rows(k_ptr, rows, rows < eos, hk, H, kk, kk < K, K, USE_L2NORM)
+
+
+@triton.jit
+def _slice_values(v_ptr, first_row, eos, hv, HV: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
+    rows = first_row + tl.arange(0, 16)
+    vv = tl.arange(0, BV)
+    return tl.load(
+        v_ptr + (rows.to(tl.int64)[:, None] * HV + hv) * V + vv[None, :],
+        mask=(rows < eos)[:, None] & (vv < V)[None, :],
+        other=0.0,
+    ).to(tl.float32)
+
+
+@triton.jit
+def _wy_terms(
+    t, k_ptr, v_ptr, first_row, eos, hk, hv, beta, gam,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    USE_L2NORM: tl.constexpr, P: tl.constexpr,
+):  # fmt: skip
+    """T_ij (beta K exp(G))_j and T_ij (beta V)_j for slice j (rows first_row ..): its keys and values are read
+    again here rather than kept from the first pass, so only one slice's are live at a time (kept, all four
+    slices' keys, values and products spill hundreds of bytes per thread)."""
+    k = _slice_keys(k_ptr, first_row, eos, hk, H, K, BK, USE_L2NORM)
+    v = _slice_values(v_ptr, first_row, eos, hv, HV, V, BV)
+    kg = k * (beta * tl.exp(gam))[:, None]
+    return tl.dot(t, kg, input_precision=P), tl.dot(t, v * beta[:, None], input_precision=P)
 
 
 @triton.jit
@@ -117,28 +140,39 @@ def _chunk_wy_kernel(
 ):
     """One program per (chunk, value head), all in parallel: W = T (beta K exp(G)) and U = T (beta V) with
     T = (I + A)^-1, found blockwise over four 16-row slices (diagonal blocks by substitution, the rest by products:
-    T_ij = -T_ii sum_{j <= m < i} A_im T_mj)."""
+    T_ij = -T_ii sum_{j <= m < i} A_im T_mj). Keys are read slice by slice where a block needs them (A_ij needs
+    slices i and j), so at most two slices' keys are live."""
     i_c = tl.program_id(0)
     hv = tl.program_id(1)
     hk = hv // (HV // H)
     t0 = tl.load(chunk_rows_ptr + 2 * i_c).to(tl.int32)
     eos = tl.load(chunk_rows_ptr + 2 * i_c + 1).to(tl.int32)
     # fmt: off
-    k0, v0, g0, b0 = _load_sub_chunk(k_ptr, v_ptr, g_ptr, beta_ptr, t0, eos, hk, hv, H, HV, K, V, BK, BV, USE_L2NORM)
-    k1, v1, g1, b1 = _load_sub_chunk(k_ptr, v_ptr, g_ptr, beta_ptr, t0 + BC, eos, hk, hv, H, HV, K, V, BK, BV, USE_L2NORM)
-    k2, v2, g2, b2 = _load_sub_chunk(k_ptr, v_ptr, g_ptr, beta_ptr, t0 + 2 * BC, eos, hk, hv, H, HV, K, V, BK, BV, USE_L2NORM)
-    k3, v3, g3, b3 = _load_sub_chunk(k_ptr, v_ptr, g_ptr, beta_ptr, t0 + 3 * BC, eos, hk, hv, H, HV, K, V, BK, BV, USE_L2NORM)
+    s0, s1, s2, s3 = t0, t0 + BC, t0 + 2 * BC, t0 + 3 * BC
+    g0, b0 = _slice_gates(g_ptr, beta_ptr, s0, eos, hv, HV)
+    g1, b1 = _slice_gates(g_ptr, beta_ptr, s1, eos, hv, HV)
+    g2, b2 = _slice_gates(g_ptr, beta_ptr, s2, eos, hv, HV)
+    g3, b3 = _slice_gates(g_ptr, beta_ptr, s3, eos, hv, HV)
     # Chunk-local cumulative log-decay G, slice by slice.
     gam0 = tl.cumsum(g0, axis=0)
     gam1 = tl.cumsum(g1, axis=0) + tl.sum(g0, axis=0)
     gam2 = tl.cumsum(g2, axis=0) + tl.sum(g0, axis=0) + tl.sum(g1, axis=0)
     gam3 = tl.cumsum(g3, axis=0) + tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0)
-    kb0, kb1, kb2, kb3 = k0 * b0[:, None], k1 * b1[:, None], k2 * b2[:, None], k3 * b3[:, None]
 
-    t00, t11 = _diag_inverse(kb0, k0, gam0, BC, P), _diag_inverse(kb1, k1, gam1, BC, P)
-    t22, t33 = _diag_inverse(kb2, k2, gam2, BC, P), _diag_inverse(kb3, k3, gam3, BC, P)
-    a10, a20, a21 = _block_a(kb1, k0, gam1, gam0, P), _block_a(kb2, k0, gam2, gam0, P), _block_a(kb2, k1, gam2, gam1, P)
-    a30, a31, a32 = _block_a(kb3, k0, gam3, gam0, P), _block_a(kb3, k1, gam3, gam1, P), _block_a(kb3, k2, gam3, gam2, P)
+    k0 = _slice_keys(k_ptr, s0, eos, hk, H, K, BK, USE_L2NORM)
+    t00 = _diag_inverse(k0 * b0[:, None], k0, gam0, BC, P)
+    k1 = _slice_keys(k_ptr, s1, eos, hk, H, K, BK, USE_L2NORM)
+    kb1 = k1 * b1[:, None]
+    t11, a10 = _diag_inverse(kb1, k1, gam1, BC, P), _block_a(kb1, k0, gam1, gam0, P)
+    k2 = _slice_keys(k_ptr, s2, eos, hk, H, K, BK, USE_L2NORM)
+    kb2 = k2 * b2[:, None]
+    t22, a21 = _diag_inverse(kb2, k2, gam2, BC, P), _block_a(kb2, k1, gam2, gam1, P)
+    a20 = _block_a(kb2, k0, gam2, gam0, P)
+    k3 = _slice_keys(k_ptr, s3, eos, hk, H, K, BK, USE_L2NORM)
+    kb3 = k3 * b3[:, None]
+    t33, a32 = _diag_inverse(kb3, k3, gam3, BC, P), _block_a(kb3, k2, gam3, gam2, P)
+    a31 = _block_a(kb3, k1, gam3, gam1, P)
+    a30 = _block_a(kb3, k0, gam3, gam0, P)
     t10 = -_dot(t11, _dot(a10, t00, P), P)
     t21 = -_dot(t22, _dot(a21, t11, P), P)
     t20 = -_dot(t22, _dot(a20, t00, P) + _dot(a21, t10, P), P)
@@ -146,31 +180,35 @@ def _chunk_wy_kernel(
     t31 = -_dot(t33, _dot(a31, t11, P) + _dot(a32, t21, P), P)
     t30 = -_dot(t33, _dot(a30, t00, P) + _dot(a31, t10, P) + _dot(a32, t20, P), P)
 
-    kg0, kg1 = kb0 * tl.exp(gam0)[:, None], kb1 * tl.exp(gam1)[:, None]
-    kg2, kg3 = kb2 * tl.exp(gam2)[:, None], kb3 * tl.exp(gam3)[:, None]
-    vb0, vb1, vb2, vb3 = v0 * b0[:, None], v1 * b1[:, None], v2 * b2[:, None], v3 * b3[:, None]
-    w0 = _dot(t00, kg0, P)
-    w1 = _dot(t10, kg0, P) + _dot(t11, kg1, P)
-    w2 = _dot(t20, kg0, P) + _dot(t21, kg1, P) + _dot(t22, kg2, P)
-    w3 = _dot(t30, kg0, P) + _dot(t31, kg1, P) + _dot(t32, kg2, P) + _dot(t33, kg3, P)
-    u0 = _dot(t00, vb0, P)
-    u1 = _dot(t10, vb0, P) + _dot(t11, vb1, P)
-    u2 = _dot(t20, vb0, P) + _dot(t21, vb1, P) + _dot(t22, vb2, P)
-    u3 = _dot(t30, vb0, P) + _dot(t31, vb1, P) + _dot(t32, vb2, P) + _dot(t33, vb3, P)
-    # fmt: on
+    # Row slice i of W and U is sum_{j <= i} T_ij (beta K exp(G))_j and sum_{j <= i} T_ij (beta V)_j; each is
+    # stored as soon as it is complete.
     kk = tl.arange(0, BK)
     k_ok = kk < K
     vv = tl.arange(0, BV)
     v_ok = vv < V
     rc = tl.arange(0, BC)
-    _store_rows(w_ptr, w0, t0 + rc, eos, hv, HV, kk, k_ok, K)
-    _store_rows(w_ptr, w1, t0 + BC + rc, eos, hv, HV, kk, k_ok, K)
-    _store_rows(w_ptr, w2, t0 + 2 * BC + rc, eos, hv, HV, kk, k_ok, K)
-    _store_rows(w_ptr, w3, t0 + 3 * BC + rc, eos, hv, HV, kk, k_ok, K)
-    _store_rows(u_ptr, u0, t0 + rc, eos, hv, HV, vv, v_ok, V)
-    _store_rows(u_ptr, u1, t0 + BC + rc, eos, hv, HV, vv, v_ok, V)
-    _store_rows(u_ptr, u2, t0 + 2 * BC + rc, eos, hv, HV, vv, v_ok, V)
-    _store_rows(u_ptr, u3, t0 + 3 * BC + rc, eos, hv, HV, vv, v_ok, V)
+    w, u = _wy_terms(t00, k_ptr, v_ptr, s0, eos, hk, hv, b0, gam0, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    _store_rows(w_ptr, w, s0 + rc, eos, hv, HV, kk, k_ok, K)
+    _store_rows(u_ptr, u, s0 + rc, eos, hv, HV, vv, v_ok, V)
+    w, u = _wy_terms(t10, k_ptr, v_ptr, s0, eos, hk, hv, b0, gam0, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    w1, u1 = _wy_terms(t11, k_ptr, v_ptr, s1, eos, hk, hv, b1, gam1, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    _store_rows(w_ptr, w + w1, s1 + rc, eos, hv, HV, kk, k_ok, K)
+    _store_rows(u_ptr, u + u1, s1 + rc, eos, hv, HV, vv, v_ok, V)
+    w, u = _wy_terms(t20, k_ptr, v_ptr, s0, eos, hk, hv, b0, gam0, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    w1, u1 = _wy_terms(t21, k_ptr, v_ptr, s1, eos, hk, hv, b1, gam1, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    w, u = w + w1, u + u1
+    w1, u1 = _wy_terms(t22, k_ptr, v_ptr, s2, eos, hk, hv, b2, gam2, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    _store_rows(w_ptr, w + w1, s2 + rc, eos, hv, HV, kk, k_ok, K)
+    _store_rows(u_ptr, u + u1, s2 + rc, eos, hv, HV, vv, v_ok, V)
+    w, u = _wy_terms(t30, k_ptr, v_ptr, s0, eos, hk, hv, b0, gam0, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    w1, u1 = _wy_terms(t31, k_ptr, v_ptr, s1, eos, hk, hv, b1, gam1, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    w, u = w + w1, u + u1
+    w1, u1 = _wy_terms(t32, k_ptr, v_ptr, s2, eos, hk, hv, b2, gam2, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    w, u = w + w1, u + u1
+    w1, u1 = _wy_terms(t33, k_ptr, v_ptr, s3, eos, hk, hv, b3, gam3, H, HV, K, V, BK, BV, USE_L2NORM, P)
+    _store_rows(w_ptr, w + w1, s3 + rc, eos, hv, HV, kk, k_ok, K)
+    _store_rows(u_ptr, u + u1, s3 + rc, eos, hv, HV, vv, v_ok, V)
+    # fmt: on
 
 
 @triton.jit
@@ -180,6 +218,21 @@ def _store_rows(ptr, x, rows, eos, head, n_heads, cols, col_ok, DIM: tl.constexp
         x,
         mask=(rows < eos)[:, None] & col_ok[None, :],
     )
+
+
+@triton.jit
+def _load_qk_halves(ptr, rows, row_ok, head, n_heads, kk, DIM: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """Columns kk and BK2 + kk of rows `rows` of a [T, n_heads, DIM] q or k, l2-normed over the whole row. Offsets
+    are int32 (T * n_heads * DIM stays below 2^31 up to the model's 262,144 positions): int64 [T, BK2] address
+    tensors cost twice the registers."""
+    base = ptr + (rows[:, None] * n_heads + head) * DIM + kk[None, :]
+    lo = tl.load(base, mask=row_ok[:, None] & (kk < DIM)[None, :], other=0.0).to(tl.float32)
+    hi = tl.load(base + kk.shape[0], mask=row_ok[:, None] & (kk + kk.shape[0] < DIM)[None, :], other=0.0)
+    hi = hi.to(tl.float32)
+    if USE_L2NORM:
+        inv = tl.math.rsqrt(tl.sum(lo * lo, axis=1) + tl.sum(hi * hi, axis=1) + 1e-6)[:, None]
+        lo, hi = lo * inv, hi * inv
+    return lo, hi
 
 
 @triton.jit
@@ -199,7 +252,7 @@ def _chunk_state_output_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     BT: tl.constexpr,
-    BK: tl.constexpr,
+    BK2: tl.constexpr,
     BV: tl.constexpr,
     USE_L2NORM: tl.constexpr,
     HAS_H0: tl.constexpr,
@@ -207,7 +260,9 @@ def _chunk_state_output_kernel(
     DOT_PRECISION: tl.constexpr,
 ):
     """One program per (sequence, value head, V block), walking its chunks in order: the state recurrence and
-    the outputs, with W and U from `_chunk_wy_kernel`."""
+    the outputs, with W and U from `_chunk_wy_kernel`. The K axis is held as two halves of BK2 (`lo`, `hi`): each
+    product's fp32 operands are [BT, BK2] tiles, half the shared memory of whole-K tiles (a [64, 128] fp32 tile
+    is 32 KB; with q, k and w staged at once, whole-K tiles overflow a consumer card's 99 KB)."""
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     n = i_nh // HV
@@ -216,51 +271,62 @@ def _chunk_state_output_kernel(
     bos = tl.load(cu_seqlens_ptr + n).to(tl.int32)
     eos = tl.load(cu_seqlens_ptr + n + 1).to(tl.int32)
 
-    kk = tl.arange(0, BK)
-    k_ok = kk < K
+    kk = tl.arange(0, BK2)
     vv = i_v * BV + tl.arange(0, BV)
     v_ok = vv < V
     ri = tl.arange(0, BT)
     lower_eq = ri[:, None] >= ri[None, :]
 
     state_off = (n.to(tl.int64) * HV + hv) * K * V + kk[:, None] * V + vv[None, :]
-    state_mask = k_ok[:, None] & v_ok[None, :]
+    lo_mask = (kk < K)[:, None] & v_ok[None, :]
+    hi_mask = (kk + BK2 < K)[:, None] & v_ok[None, :]
     if HAS_H0:
-        state = tl.load(h0_ptr + state_off, mask=state_mask, other=0.0).to(tl.float32)
+        s_lo = tl.load(h0_ptr + state_off, mask=lo_mask, other=0.0).to(tl.float32)
+        s_hi = tl.load(h0_ptr + state_off + BK2 * V, mask=hi_mask, other=0.0).to(tl.float32)
     else:
-        state = tl.zeros([BK, BV], dtype=tl.float32)
+        s_lo = tl.zeros([BK2, BV], dtype=tl.float32)
+        s_hi = tl.zeros([BK2, BV], dtype=tl.float32)
 
     for t0 in range(bos, eos, BT):
         rows = t0 + ri
         row_ok = rows < eos
-        q = _load_qk_rows(q_ptr, rows, row_ok, hk, H, kk, k_ok, K, USE_L2NORM) * scale
-        k = _load_qk_rows(k_ptr, rows, row_ok, hk, H, kk, k_ok, K, USE_L2NORM)
-        w = tl.load(
-            w_ptr + (rows.to(tl.int64)[:, None] * HV + hv) * K + kk[None, :],
-            mask=row_ok[:, None] & k_ok[None, :],
-            other=0.0,
-        )
-        vh_off = (rows.to(tl.int64)[:, None] * HV + hv) * V + vv[None, :]
-        vh_mask = row_ok[:, None] & v_ok[None, :]
-        u = tl.load(u_ptr + vh_off, mask=vh_mask, other=0.0)
         g = tl.load(g_ptr + rows.to(tl.int64) * HV + hv, mask=row_ok, other=0.0).to(tl.float32)
-
         gam = tl.cumsum(g, axis=0)  # rows past the end add 0: they carry G of the last row
         gam_last = tl.sum(tl.where(ri == BT - 1, gam, 0.0), axis=0)
+
+        # corrected values u = U - W S0
+        w_rows = w_ptr + (rows[:, None] * HV + hv) * K + kk[None, :]
+        w_lo = tl.load(w_rows, mask=row_ok[:, None] & (kk < K)[None, :], other=0.0)
+        w_hi = tl.load(w_rows + BK2, mask=row_ok[:, None] & (kk + BK2 < K)[None, :], other=0.0)
+        vh_off = (rows[:, None] * HV + hv) * V + vv[None, :]
+        vh_mask = row_ok[:, None] & v_ok[None, :]
+        ws = tl.dot(
+            w_hi, s_hi, tl.dot(w_lo, s_lo, input_precision=DOT_PRECISION), input_precision=DOT_PRECISION
+        )
+        u = tl.load(u_ptr + vh_off, mask=vh_mask, other=0.0) - ws
+
+        # O = (Q exp(G)) S0 + (tril(Q K^T * exp(G_t - G_s))) u
+        q_lo, q_hi = _load_qk_halves(q_ptr, rows, row_ok, hk, H, kk, K, USE_L2NORM)
+        k_lo, k_hi = _load_qk_halves(k_ptr, rows, row_ok, hk, H, kk, K, USE_L2NORM)
+        q_lo, q_hi = q_lo * scale, q_hi * scale
+        qk = tl.dot(q_lo, tl.trans(k_lo), input_precision=DOT_PRECISION)
+        qk = tl.dot(q_hi, tl.trans(k_hi), qk, input_precision=DOT_PRECISION)
         # exp(G_t - G_s) on and below the diagonal; the argument is masked first so the upper half cannot overflow.
         decay = tl.where(lower_eq, tl.exp(tl.where(lower_eq, gam[:, None] - gam[None, :], 0.0)), 0.0)
-
-        u = u - tl.dot(w, state, input_precision=DOT_PRECISION)  # corrected values u = U - W S0
-        attn = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * decay
-        o = tl.dot(q * tl.exp(gam)[:, None], state, input_precision=DOT_PRECISION)
-        o = o + tl.dot(attn, u, input_precision=DOT_PRECISION)
+        o = tl.dot(qk * decay, u, input_precision=DOT_PRECISION)
+        q_decay = tl.exp(gam)[:, None]
+        o = tl.dot(q_lo * q_decay, s_lo, o, input_precision=DOT_PRECISION)
+        o = tl.dot(q_hi * q_decay, s_hi, o, input_precision=DOT_PRECISION)
         tl.store(o_ptr + vh_off, o.to(o_ptr.dtype.element_ty), mask=vh_mask)
 
-        k_to_end = k * tl.exp(gam_last - gam)[:, None]
-        state = state * tl.exp(gam_last) + tl.dot(tl.trans(k_to_end), u, input_precision=DOT_PRECISION)
+        # S1 = exp(G_C) S0 + (K exp(G_C - G))^T u
+        to_end = tl.exp(gam_last - gam)[:, None]
+        s_lo = tl.dot(tl.trans(k_lo * to_end), u, s_lo * tl.exp(gam_last), input_precision=DOT_PRECISION)
+        s_hi = tl.dot(tl.trans(k_hi * to_end), u, s_hi * tl.exp(gam_last), input_precision=DOT_PRECISION)
 
     if STORE_HT:
-        tl.store(ht_ptr + state_off, state, mask=state_mask)
+        tl.store(ht_ptr + state_off, s_lo, mask=lo_mask)
+        tl.store(ht_ptr + state_off + BK2 * V, s_hi, mask=hi_mask)
 
 
 @triton.jit
@@ -522,12 +588,12 @@ def chunk_gated_delta_rule(
         _chunk_wy_kernel[(chunk_rows.shape[0], heads_v)](
             k, v, g, beta, w, u, chunk_rows,
             H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BK=block_k, BV=max(triton.next_power_of_2(dim_v), 16),
-            BC=16, USE_L2NORM=use_qk_l2norm_in_kernel, P=_DOT_PRECISION, num_warps=4, num_stages=1,
+            BC=16, USE_L2NORM=use_qk_l2norm_in_kernel, P=_DOT_PRECISION, num_warps=8, num_stages=1,
         )  # fmt: skip
         grid = (triton.cdiv(dim_v, block_v), n_seqs * heads_v)
         _chunk_state_output_kernel[grid](
             q, k, g, w, u, o, h0, final, cu_seqlens, dim_k**-0.5 if scale is None else scale,
-            H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BT=CHUNK_SIZE, BK=block_k, BV=block_v,
+            H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BT=CHUNK_SIZE, BK2=max(block_k, 32) // 2, BV=block_v,
             USE_L2NORM=use_qk_l2norm_in_kernel, HAS_H0=initial_state is not None, STORE_HT=output_final_state,
             DOT_PRECISION=_DOT_PRECISION, num_warps=8, num_stages=1,
         )  # fmt: skip
