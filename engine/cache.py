@@ -35,6 +35,18 @@ class Snapshot:
         return sum(t.numel() * t.element_size() for t in (self.keys, self.values, self.conv, self.recurrent))
 
 
+@dataclass(eq=False)
+class RowState:
+    """What one decode step of some slots overwrites (`Cache.rows_at`)."""
+
+    slots: torch.Tensor
+    positions: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    conv: torch.Tensor
+    recurrent: torch.Tensor
+
+
 class Cache:
     def __init__(
         self, config: Config, num_slots: int, max_len: int, dtype: torch.dtype, device: torch.device | str
@@ -126,6 +138,25 @@ class Cache:
             self.conv[:, slot].clone(),
             self.recurrent[:, slot].clone(),
         )
+
+    def rows_at(self, slots: torch.Tensor, positions: torch.Tensor) -> RowState:
+        """A copy of what a decode step of `slots` at `positions` overwrites (the KV at each position, the whole
+        DeltaNet state of each slot): to run a step again from the same state (`put_rows`)."""
+        return RowState(
+            slots,
+            positions,
+            self.keys[:, slots, :, positions].clone(),
+            self.values[:, slots, :, positions].clone(),
+            self.conv[:, slots].clone(),
+            self.recurrent[:, slots].clone(),
+        )
+
+    def put_rows(self, state: RowState) -> None:
+        slots, positions = state.slots, state.positions
+        self.keys[:, slots, :, positions] = state.keys
+        self.values[:, slots, :, positions] = state.values
+        self.conv[:, slots] = state.conv
+        self.recurrent[:, slots] = state.recurrent
 
     def restore(self, snapshot: Snapshot, slot: int) -> None:
         """Copy a snapshot's state into `slot`, which then holds its tokens."""

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+
+def to_device(values: Sequence[Sequence[int]], device: torch.device) -> list[torch.Tensor]:
+    """int64 tensors of `values` on `device`, in one copy: packed into one host tensor, split there. For a GPU
+    the host tensor is pinned and the copy non-blocking, so the host goes on (building the rest of the step)
+    while it runs; stream order makes every later kernel see it."""
+    host = torch.tensor([x for v in values for x in v], dtype=torch.int64)
+    if device.type == "cuda":
+        host = host.pin_memory().to(device, non_blocking=True)
+    elif device.type != "cpu":
+        host = host.to(device)
+    return list(host.split([len(v) for v in values]))
 
 
 @dataclass
@@ -25,29 +38,38 @@ class ForwardBatch:
     is_decode: bool  # every sequence brings exactly one token
     slot_range: tuple[int, int] | None  # (first, end) when the slots are consecutive: cache views, no gathers
     span: int = 0  # decode: cache positions attention reads (every sequence's keys lie in 0 .. span - 1)
+    input_ids: torch.Tensor | None = None  # int64 [T] packed tokens, when `build` was given them
 
     @classmethod
     def build(
-        cls, slot_list: list[int], starts: list[int], lengths: list[int], device: torch.device
+        cls,
+        slot_list: list[int],
+        starts: list[int],
+        lengths: list[int],
+        device: torch.device,
+        input_ids: Sequence[int] | None = None,
     ) -> ForwardBatch:
+        """The batch, and with `input_ids` its packed tokens (`batch.input_ids`), moved in one host-to-device copy."""
         if not (len(slot_list) == len(starts) == len(lengths)) or not slot_list:
             raise ValueError("a batch needs one slot, start and length per sequence")
-        positions = torch.cat(
-            [torch.arange(s, s + n, dtype=torch.int64) for s, n in zip(starts, lengths, strict=True)]
-        )
-        cu = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-        cu[1:] = torch.tensor(lengths).cumsum(0)
+        positions = [p for s, n in zip(starts, lengths, strict=True) for p in range(s, s + n)]
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        ids = [] if input_ids is None else input_ids
+        ids_dev, positions_dev, cu_dev, slots_dev = to_device([ids, positions, cu, slot_list], device)
         consecutive = slot_list == list(range(slot_list[0], slot_list[0] + len(slot_list)))
         return cls(
-            slots=torch.tensor(slot_list, dtype=torch.int64, device=device),
+            slots=slots_dev,
             slot_list=list(slot_list),
             starts=list(starts),
             lengths=list(lengths),
-            positions=positions.to(device),
-            cu_seqlens=cu.to(device),
+            positions=positions_dev,
+            cu_seqlens=cu_dev,
             is_decode=all(n == 1 for n in lengths),
             slot_range=(slot_list[0], slot_list[0] + len(slot_list)) if consecutive else None,
             span=max(s + n for s, n in zip(starts, lengths, strict=True)),
+            input_ids=None if input_ids is None else ids_dev,
         )
 
     @classmethod

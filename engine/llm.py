@@ -20,10 +20,12 @@ from typing import Any
 
 import torch
 
+from engine import settings
 from engine.cache import Cache
 from engine.cache_manager import CacheManager
 from engine.checkpoint import load_checkpoint
 from engine.config import Config
+from engine.cuda_graphs import GraphCheck
 from engine.generation_config import SamplingDefaults, generation_config_override
 from engine.llm_engine import LLMEngine
 from engine.loader import DEFAULT_MODEL
@@ -183,8 +185,12 @@ class LLM:
             emittable=min(len(self.tokenizer), self.config.vocab_size),
             static_decode=self.options.static_decode,
         )
+        # Every padded decode batch size, before any caller can run a request (no capture ever happens later).
+        runner.capture_graphs()
         scheduler = Scheduler(CacheManager(cache, prefix_cache), self.options.max_num_batched_tokens)
-        self.engine = LLMEngine(runner, scheduler, self.processor)
+        self.engine = LLMEngine(
+            runner, scheduler, self.processor, overlap=settings.overlap_schedule(device.type == "cuda")
+        )
         self.grammars = GrammarCompiler(
             self.tokenizer, self.config.vocab_size, sorted(self.processor.stop_ids)
         )
@@ -269,8 +275,18 @@ class LLM:
             **other,
         )
 
+    def check_cuda_graphs(
+        self, batch_sizes: list[int] | None = None, context: int | None = None
+    ) -> list[GraphCheck]:
+        """Graph replay against eager decode, one row per batch size (default: every captured size), on random
+        tokens at positions up to `context`, from and back to the same cache state; run between two steps.
+        `GraphCheck.ok` is the verdict, `describe()` one line of figures. Without captured graphs (CPU,
+        `AW_CUDA_GRAPHS=0`) the "graph" is the eager step, so the rows only check the capture-safe step."""
+        return self.engine.call(lambda: self.engine.runner.check_graphs(batch_sizes, context))
+
     def shutdown(self) -> None:
-        """Stop the step loop (requests still running end with an error)."""
+        """Stop the step loop (requests still running end with an error) and drop the captured graphs; the model
+        and the cache go when the last reference to this LLM does (no reference cycle holds them)."""
         self.engine.close()
 
     # -- setup ------------------------------------------------------------------------------------------------
@@ -420,7 +436,7 @@ class LLM:
                     prompt=prompt if isinstance(prompt, str) else None,
                     prompt_ids=ids,
                     params=p,
-                    generator=None if p.greedy else make_generator(p.seed),
+                    generator=None if p.greedy else make_generator(p.seed, self.device),
                     in_thinking=in_thinking,
                     stop=stop,
                     sink=sink,

@@ -7,7 +7,14 @@ copies: restores and saves), run the model with those copies, sample, hand every
 retire the finished. The loop itself never touches the cache: the scheduler's cache manager owns it
 (engine/cache_manager.py), the runner makes the copies. The lock covers one step, never a generation,
 so a new request joins the running batch at the next step. A step that fails fails only its own sequences (their
-callers get the exception); the loop keeps serving the others."""
+callers get the exception); the loop keeps serving the others.
+
+With `overlap` (on a GPU by default, `AW_OVERLAP_SCHEDULE`), the CPU work of handing out step k's tokens
+(detokenizing, stop strings, deltas, retiring) runs while the device computes step k + 1, as in SGLang's overlap
+scheduler: step k + 1 is planned and launched with step k's tokens (already on the host: the sampler's one read)
+before they are settled, and only then sampled. A sequence that step k's tokens finish has gone through step k + 1
+too: that row is dropped unsampled (its slot is free only from then on, and stream order puts any later use of
+it after). Greedy tokens are those of the serial loop; each request's last token comes one step later."""
 
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from typing import Any
 
 import torch
 
+from engine.forward_batch import to_device
 from engine.metrics import EngineMetrics
 from engine.model_runner import ModelRunner
 from engine.output_processor import OutputProcessor
@@ -38,10 +46,14 @@ class LLMEngine:
         runner: ModelRunner,
         scheduler: Scheduler,
         processor: OutputProcessor,
+        overlap: bool = False,
     ) -> None:
         self.runner = runner
         self.scheduler = scheduler
         self.processor = processor
+        self.overlap = overlap
+        # The last step's sampled tokens, not yet settled (handed to their sequences): overlap only.
+        self._unsettled: dict[Sequence, int] = {}
         self.metrics = EngineMetrics()
         self.num_steps = 0
         self.lock = threading.Lock()  # held for exactly one step (or one job between steps)
@@ -113,6 +125,7 @@ class LLMEngine:
                     self._jobs.remove(job)
             for fn, future, _ in jobs:
                 with self.lock:
+                    self._settle()  # a job sees every sampled token handed out
                     self._run_job(fn, future)
             self.step()
         self._shut_down()
@@ -144,8 +157,10 @@ class LLMEngine:
                 self._run(plan)
             except Exception as exc:  # noqa: BLE001 -- one bad step must not end the loop
                 self.scheduler.step_failed(plan, exc)
+                self._settle()  # the previous step's tokens are good: hand them out first
                 for seq in plan.sequences:
-                    self._fail(seq, exc)
+                    if not seq.finished:
+                        self._fail(seq, exc)
             self.num_steps += 1
             self.metrics.step_time.observe(time.perf_counter() - started)
             self._record_queue()
@@ -159,23 +174,47 @@ class LLMEngine:
             logits = runner.prefill(plan.prefills)
             done = [i for i, chunk in enumerate(plan.prefills) if chunk.completes_prompt]
             if done:
-                rows.append(logits[done])
+                rows.append(_rows(logits, done) if len(done) < len(plan.prefills) else logits)
                 stepped += [plan.prefills[i].seq for i in done]
         if plan.decodes:
-            rows.append(runner.decode(plan.decodes))
+            unsettled = self._unsettled
+            tokens = [unsettled[s] if s in unsettled else s.output_ids[-1] for s in plan.decodes]
+            rows.append(runner.decode(plan.decodes, tokens))
             stepped += plan.decodes
         self.scheduler.advance(plan, runner.take_snapshots(plan.saves))
+        self._settle()  # with overlap, while the device runs this step
         if not stepped:
             return
         logits = rows[0] if len(rows) == 1 else torch.cat(rows)
+        live = [i for i, seq in enumerate(stepped) if not seq.finished]  # finished by the tokens just settled
+        if not live:
+            return
+        if len(live) < len(stepped):
+            logits, stepped = _rows(logits, live), [stepped[i] for i in live]
         tokens = runner.pick_tokens(stepped, logits, self.processor)
+        self._unsettled = dict(zip(stepped, tokens, strict=True))
+        if not self.overlap:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Hand the last step's sampled tokens to their sequences: detokenize, stop checks, deltas, retire. A
+        sequence whose token breaks (its grammar, a stop check) fails alone."""
+        unsettled, self._unsettled = self._unsettled, {}
+        if not unsettled:
+            return
         now = time.monotonic()
-        self.metrics.generation_tokens.inc(len(tokens))
-        for seq, token in zip(stepped, tokens, strict=True):
+        for seq, token in unsettled.items():
+            if seq.finished:  # aborted or failed meanwhile
+                continue
+            self.metrics.generation_tokens.inc()
             if seq.first_token_time is None:
                 seq.first_token_time = now
                 self.metrics.ttft.observe(now - seq.arrival_time)
-            self.processor.append_token(seq, token)
+            try:
+                self.processor.append_token(seq, token)
+            except Exception as exc:  # noqa: BLE001 -- this sequence's failure only
+                self._fail(seq, exc)
+                continue
             self._emit(seq)
 
     def _emit(self, seq: Sequence) -> None:
@@ -189,12 +228,11 @@ class LLMEngine:
             self.scheduler.retire(seq)
 
     def _drop_stopped(self) -> None:
-        for seq in [*self.scheduler.running, *self.scheduler.waiting]:
-            try:
-                stopped = seq.stop_requested()
-            except Exception:  # noqa: BLE001 -- a stop check that raises counts as a stop
-                stopped = True
-            if stopped:
+        stopped = [seq for seq in [*self.scheduler.running, *self.scheduler.waiting] if _stop_requested(seq)]
+        if any(seq in self._unsettled for seq in stopped):
+            self._settle()  # the token sampled before the stop is handed out, as without overlap
+        for seq in stopped:
+            if not seq.finished:
                 seq.finish_reason = "abort"
                 self.scheduler.retire(seq)
                 self.metrics.finished.labels("abort").inc()
@@ -221,8 +259,22 @@ class LLMEngine:
 
     def _shut_down(self) -> None:
         with self.lock:
+            self._settle()
             for seq in [*self.scheduler.running, *self.scheduler.waiting, *self._inbox]:
                 self._fail(seq, EngineClosed("the engine is shut down"))
             for _, future, _ in self._jobs:
                 future.set_exception(EngineClosed("the engine is shut down"))
             self._jobs.clear()
+            self.runner.close()
+
+
+def _rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """Those rows of a step's logits, the index moved without a host sync."""
+    return logits.index_select(0, to_device([rows], logits.device)[0])
+
+
+def _stop_requested(seq: Sequence) -> bool:
+    try:
+        return seq.stop_requested()
+    except Exception:  # noqa: BLE001 -- a stop check that raises counts as a stop
+        return True

@@ -42,6 +42,9 @@ class MemoryPlan:
     prefix_cache: int
     activations: int  # one step's largest temporaries at `batched_tokens`
     runtime: int
+    prefill_attention: int = (
+        0  # a prefill chunk's attention temporaries at `context` (`prefill_attention_bytes`)
+    )
 
     @property
     def cache(self) -> int:
@@ -49,7 +52,14 @@ class MemoryPlan:
 
     @property
     def total(self) -> int:
-        return self.weights + self.cache + self.prefix_cache + self.activations + self.runtime
+        return (
+            self.weights
+            + self.cache
+            + self.prefix_cache
+            + self.activations
+            + self.prefill_attention
+            + self.runtime
+        )
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "cache": self.cache, "total": self.total}
@@ -59,16 +69,20 @@ class MemoryPlan:
             f"memory plan: {gib(self.total)} = weights {gib(self.weights)} + cache {gib(self.cache)} "
             f"({self.sequences} sequence{'s' * (self.sequences != 1)} of {self.context} tokens, "
             f"{gib(self.per_sequence)} each, + 1 scratch) + prefix cache {gib(self.prefix_cache)} + "
-            f"activations {gib(self.activations)} + runtime {gib(self.runtime)}"
+            f"activations {gib(self.activations)} + prefill attention at {self.context} tokens "
+            f"{gib(self.prefill_attention)} + runtime {gib(self.runtime)}"
         )
 
     def what_fits(self, budget: int) -> str:
         """One line: the sequences or the context that would fit in `budget`, or that the weights do not."""
-        room = budget - self.weights - self.activations - self.runtime
-        per_token = self.per_sequence / self.context
+        room = budget - self.weights - self.activations - self.prefill_attention - self.runtime
+        # One sequence + the scratch slot; the prefill attention's bound grows with the context too.
+        per_token = 2 * self.per_sequence / self.context + self.prefill_attention / self.context
         longest = (
-            int(room / 2 / per_token) // 1024 * 1024 if room > 0 else 0
-        )  # one sequence + the scratch slot
+            int((room + self.prefill_attention) / per_token) // 1024 * 1024
+            if room > -self.prefill_attention
+            else 0
+        )
         if room >= 3 * self.per_sequence:
             seqs = int(room // self.per_sequence) - 1
             return (
@@ -80,7 +94,7 @@ class MemoryPlan:
         return (
             f"the weights ({gib(self.weights)}) with the runtime and one step's activations leave no room for a "
             f"cache in {gib(budget)}: use a smaller quantization "
-            f"({smaller_types(self.weights, budget - self.activations - self.runtime)}) or a bigger GPU"
+            f"({smaller_types(self.weights, room + self.weights)}) or a bigger GPU"
         )
 
 
@@ -106,6 +120,19 @@ def activation_bytes(config: Config, batched_tokens: int, dtype: torch.dtype) ->
     return batched_tokens * per_token + 64 * config.vocab_size * 4
 
 
+def prefill_attention_bytes(config: Config, batched_tokens: int, context: int, dtype: torch.dtype) -> int:
+    """A bound on one prefill chunk's attention temporaries on a GPU at `context` keys (engine/layers/attention.py
+    `prefill_attention`, one layer at a time): the chunk's query, output and its copy back, plus the KV heads
+    repeated for the memory-efficient kernel ([heads, context, head_dim] for keys and values), the larger of the
+    two fused paths (flash reads the grouped heads in place). The dense-mask path it replaced needed [heads, chunk,
+    context] fp32 scores and more: 4 GiB of scores at 2,048 x 32k, 10.3 GiB measured through SDPA's math kernel.
+    Without a fused kernel (a CPU) query blocks keep the scores within SCORE_BLOCK_BYTES."""
+    item = torch.empty((), dtype=dtype).element_size()
+    heads, head_dim = config.num_attention_heads, config.head_dim
+    chunk = min(batched_tokens, context)
+    return 3 * chunk * heads * head_dim * item + 2 * heads * context * head_dim * item
+
+
 def plan_memory(
     config: Config,
     weight_bytes: int,
@@ -125,6 +152,7 @@ def plan_memory(
         prefix_cache=prefix_cache,
         activations=activation_bytes(config, batched_tokens, dtype),
         runtime=runtime,
+        prefill_attention=prefill_attention_bytes(config, batched_tokens, context, dtype),
     )
 
 

@@ -1,7 +1,12 @@
 """Runs the model for a planned step: fills the slots the plan restores (or starts fresh), packs the prefill chunks
 into one forward, decodes the running sequences (through CUDA graphs on a GPU), takes the snapshots the plan saves,
 and picks each sequence's next token. Owns the model and the cache's device memory; only the step loop's thread
-calls it. Which slot is whose, and which snapshots to take or restore, is the plan's (engine/cache_manager.py)."""
+calls it. Which slot is whose, and which snapshots to take or restore, is the plan's (engine/cache_manager.py).
+
+Nothing here refers back to the runner (the graphs capture a `StaticDecodeStep`, not a bound method of it): once
+the engine is dropped, reference counting alone frees the model, the cache and the graphs. Inputs go to the device
+in one pinned, non-blocking copy per forward (engine/forward_batch.py `to_device`); the step's one host read is
+the sampler's."""
 
 from __future__ import annotations
 
@@ -10,10 +15,16 @@ import torch
 from engine.cache import Cache, Snapshot
 from engine.cache_manager import Restore, Save
 from engine.config import Config
-from engine.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphRunner
-from engine.forward_batch import ForwardBatch
+from engine.cuda_graphs import (
+    DecodeGraphRunner,
+    GraphCapturer,
+    GraphCheck,
+    compare_graph_with_eager,
+    padded_batch_sizes,
+)
+from engine.forward_batch import ForwardBatch, to_device
 from engine.output_processor import OutputProcessor
-from engine.sampling import RowSampling, sample_tokens
+from engine.sampling import apply_repetition_penalty, sample_token
 from engine.scheduler import PrefillChunk
 from engine.sequence import Sequence
 from engine.structured import answer_pending, mask_logits, mask_stop_tokens
@@ -28,6 +39,7 @@ class ModelRunner:
         device: torch.device,
         emittable: int,
         static_decode: bool,
+        graph_capturer: GraphCapturer | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -36,14 +48,61 @@ class ModelRunner:
         # The embedding is padded past the tokenizer (248320 rows for 248077 tokens): those ids are never emitted.
         self.emittable = emittable
         self.static_decode = static_decode
-        num_slots = cache.num_slots
         self.graph_runner = DecodeGraphRunner(
-            self._static_decode_step,
+            StaticDecodeStep(model, cache, emittable),
             pad_slot_id=cache.pad_slot,
-            batch_sizes=[s for s in DEFAULT_BATCH_SIZES if s < num_slots] + [num_slots],
+            batch_sizes=padded_batch_sizes(cache.num_slots),
+            capturer=graph_capturer,
         )
         # The engine's end tokens (masked while a constrained answer waits for the thinking), on the device.
         self._stop_ids: tuple[tuple[int, ...], torch.Tensor] | None = None
+
+    def capture_graphs(self) -> None:
+        """Capture the decode graph of every padded batch size (static decode on a GPU only), before the step loop
+        serves anything: a step never captures."""
+        if self.static_decode:
+            self.graph_runner.capture_all(self.device)
+
+    def close(self) -> None:
+        """Drop the captured graphs and their memory pool (the engine shut down)."""
+        self.graph_runner.reset()
+
+    def check_graphs(
+        self, batch_sizes: list[int] | None = None, context: int | None = None
+    ) -> list[GraphCheck]:
+        """For each batch size (default: every captured size), one decode step of random tokens in slots 0..B-1 at
+        positions up to `context` (default: half the cache length): graph replay against the capture-safe step and
+        the eager forward, from the same cache state; the slots are restored afterwards, so live sequences are
+        untouched. Between two steps only (`LLM.check_cuda_graphs`)."""
+        sizes = batch_sizes or self.graph_runner.captured_sizes or [1]
+        reach = max(1, min(context or self.cache.max_len // 2, self.cache.max_len - 1))
+        gen = torch.Generator().manual_seed(0)
+        checks = []
+        for size in sizes:
+            if not 1 <= size <= self.cache.num_slots:
+                raise ValueError(
+                    f"batch size {size} is outside 1..{self.cache.num_slots} (the cache's slots)"
+                )
+            tokens = torch.randint(0, self.emittable, (size,), generator=gen).tolist()
+            starts = torch.randint(max(0, reach - 64), reach, (size,), generator=gen).tolist()
+            ids, positions, slot_ids = to_device([tokens, starts, list(range(size))], self.device)
+
+            def eager(ids: torch.Tensor, positions: torch.Tensor, slot_ids: torch.Tensor) -> torch.Tensor:
+                batch = ForwardBatch.build(
+                    slot_ids.tolist(), positions.tolist(), [1] * ids.numel(), self.device
+                )
+                return self._mask_unemittable(self.model(ids, batch, self.cache))
+
+            checks.append(
+                compare_graph_with_eager(
+                    self.graph_runner,
+                    eager,
+                    (ids, positions, slot_ids),
+                    lambda slots=slot_ids, at=positions: self.cache.rows_at(slots, at),
+                    self.cache.put_rows,
+                )
+            )
+        return checks
 
     def fill_slots(self, restores: list[Restore]) -> None:
         """The slots taken this step, before any forward reads them: a cached prefix copied in, or a fresh start."""
@@ -66,25 +125,24 @@ class ModelRunner:
 
     def prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
         """All chunks packed into one forward; fp32 logits [N, vocab] of each chunk's last token."""
-        ids = torch.tensor(
-            [t for c in chunks for t in c.seq.prompt_ids[c.start : c.start + c.length]],
-            dtype=torch.int64,
-            device=self.device,
-        )
         batch = ForwardBatch.build(
-            [c.seq.slot for c in chunks], [c.start for c in chunks], [c.length for c in chunks], self.device
+            [c.seq.slot for c in chunks],
+            [c.start for c in chunks],
+            [c.length for c in chunks],
+            self.device,
+            input_ids=[t for c in chunks for t in c.seq.prompt_ids[c.start : c.start + c.length]],
         )
-        return self._mask_unemittable(self.model(ids, batch, self.cache))
+        return self._mask_unemittable(self.model(batch.input_ids, batch, self.cache))
 
-    def decode(self, seqs: list[Sequence]) -> torch.Tensor:
-        ids = torch.tensor([s.output_ids[-1] for s in seqs], dtype=torch.int64, device=self.device)
+    def decode(self, seqs: list[Sequence], tokens: list[int] | None = None) -> torch.Tensor:
+        """fp32 logits [N, vocab] of one decode step of `seqs`, whose input tokens are `tokens` (default: each
+        one's last output token; the overlapped loop passes tokens it has not handed to the sequences yet)."""
+        tokens = [s.output_ids[-1] for s in seqs] if tokens is None else tokens
         slots, starts = [s.slot for s in seqs], [s.num_cached for s in seqs]
         if self.static_decode:
-            positions = torch.tensor(starts, dtype=torch.int64, device=self.device)
-            slot_ids = torch.tensor(slots, dtype=torch.int64, device=self.device)
-            return self.graph_runner(ids, positions, slot_ids)
-        batch = ForwardBatch.build(slots, starts, [1] * len(seqs), self.device)
-        return self._mask_unemittable(self.model(ids, batch, self.cache))
+            return self.graph_runner(*to_device([tokens, starts, slots], self.device))
+        batch = ForwardBatch.build(slots, starts, [1] * len(seqs), self.device, input_ids=tokens)
+        return self._mask_unemittable(self.model(batch.input_ids, batch, self.cache))
 
     def logits(self, token_ids: torch.Tensor, slot: int) -> torch.Tensor:
         """fp32 logits [T, vocab] of every position of one sequence, run from a fresh start in `slot`."""
@@ -144,25 +202,37 @@ class ModelRunner:
             if own:
                 mask_stop_tokens(logits, _indices([row], logits.device), _indices(own, logits.device))
 
-    def _static_decode_step(
+    def _mask_unemittable(self, logits: torch.Tensor) -> torch.Tensor:
+        return mask_unemittable(logits, self.emittable)
+
+
+class StaticDecodeStep:
+    """The capture-safe decode step (what the graph runner captures), logits of unemittable ids masked. It holds
+    the model and the cache, never the runner: a bound method of the runner would make runner -> graph runner ->
+    runner a cycle that only a full gc pass frees (65 GiB of weights kept after shutdown on a GPU)."""
+
+    def __init__(self, model: torch.nn.Module, cache: Cache, emittable: int) -> None:
+        self.model, self.cache, self.emittable = model, cache, emittable
+
+    def __call__(
         self, input_ids: torch.Tensor, positions: torch.Tensor, slot_ids: torch.Tensor
     ) -> torch.Tensor:
-        """The capture-safe decode step (what `graph_runner` captures), logits of unemittable ids masked."""
-        return self._mask_unemittable(self.model.decode_step(input_ids, positions, slot_ids, self.cache))
+        return mask_unemittable(
+            self.model.decode_step(input_ids, positions, slot_ids, self.cache), self.emittable
+        )
 
-    @torch.inference_mode()
-    def _mask_unemittable(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.emittable < logits.shape[-1]:
-            logits[:, self.emittable :] = float("-inf")
-        return logits
+
+@torch.inference_mode()
+def mask_unemittable(logits: torch.Tensor, emittable: int) -> torch.Tensor:
+    """-inf for the ids past the tokenizer (the embedding is padded: 248320 rows for 248077 tokens)."""
+    if emittable < logits.shape[-1]:
+        logits[:, emittable:] = float("-inf")
+    return logits
 
 
 def _indices(values: list[int], device: torch.device) -> torch.Tensor:
     """int64 indices on `device`; to a GPU through pinned memory, without waiting for the copy (no host sync)."""
-    indices = torch.tensor(values, dtype=torch.int64)
-    if device.type == "cuda":
-        return indices.pin_memory().to(device, non_blocking=True)
-    return indices.to(device)
+    return to_device([values], device)[0]
 
 
 def _seen_tokens(seq: Sequence, vocab: int, device: torch.device) -> torch.Tensor:
@@ -170,9 +240,9 @@ def _seen_tokens(seq: Sequence, vocab: int, device: torch.device) -> torch.Tenso
     date with the tokens added since the last step (one scatter each, not a pass over the whole prompt)."""
     if seq.seen_tokens is None:
         seq.seen_tokens = torch.zeros(vocab, dtype=torch.bool, device=device)
-        seq.seen_tokens[torch.tensor(seq.prompt_ids, dtype=torch.int64, device=device)] = True
+        seq.seen_tokens[_indices(seq.prompt_ids, device)] = True
     new = seq.output_ids[seq.seen_outputs :]
     if new:
-        seq.seen_tokens[torch.tensor(new, dtype=torch.int64, device=device)] = True
+        seq.seen_tokens[_indices(new, device)] = True
         seq.seen_outputs = len(seq.output_ids)
     return seq.seen_tokens

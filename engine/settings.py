@@ -5,6 +5,7 @@
 | `AW_KERNELS` | `torch`, `triton` | unset | force the plain-torch references or the Triton kernels for every op |
 | `TRITON_INTERPRET` | `1` | unset | Triton's own switch: run kernels on CPU tensors through its interpreter (tests) |
 | `AW_CUDA_GRAPHS` | boolean | on | capture decode steps as CUDA graphs (GPU only) |
+| `AW_OVERLAP_SCHEDULE` | boolean | on a GPU | settle a step's tokens while the device runs the next step (engine/llm_engine.py) |
 | `AW_COMPILE` | boolean | off | CPU decode through `torch.compile`d regions (`LLM(compile_decode=)` wins) |
 | `AW_CPU_GEMV` | boolean | on | GGUF weights on a CPU: multiply up to 16 tokens by the compiled C kernel (`engine/kernels/quant_matmul/cpu.py`) instead of dequantize + BLAS |
 | `AW_GDN_DOT_PRECISION` | `tf32`, `ieee` | `tf32` | dot precision of the chunked delta rule's fp32 products (read when its module loads: a kernel constant) |
@@ -50,6 +51,10 @@ def triton_interpret() -> bool:
 
 def cuda_graphs() -> bool:
     return flag("AW_CUDA_GRAPHS", True)
+
+
+def overlap_schedule(on_gpu: bool) -> bool:
+    return flag("AW_OVERLAP_SCHEDULE", on_gpu)
 
 
 def compile_decode() -> bool:

@@ -1,10 +1,17 @@
-"""Gated full attention: GQA with q/k RMSNorm, partial RoPE and a per-channel sigmoid output gate."""
+"""Gated full attention: GQA with q/k RMSNorm, partial RoPE and a per-channel sigmoid output gate.
+
+A prefill chunk that continues a cached sequence attends causally aligned to the bottom right (query i of n sees
+keys 0 .. end - n + i), which `prefill_attention` asks of SDPA without a dense mask: a dense [n, end] mask rules
+out the flash kernel, and with grouped KV heads the memory-efficient one too, leaving the math path and its
+[heads, n, end] fp32 scores (4 GiB at a 2,048-token chunk of a 32k context)."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+from torch.nn.attention.bias import causal_lower_right
+from torch.nn.functional import scaled_dot_product_attention
 
 from engine.cache import Cache
 from engine.config import Config
@@ -81,12 +88,7 @@ class GatedAttention(nn.Module):
             keys[slot, :, start:end] = k[offset : offset + length].transpose(0, 1)
             values[slot, :, start:end] = v[offset : offset + length].transpose(0, 1)
             q_seq = q[offset : offset + length].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
-            k_seq, v_seq = keys[slot : slot + 1, :, :end], values[slot : slot + 1, :, :end]
-            if start == 0:
-                o = F.scaled_dot_product_attention(q_seq, k_seq, v_seq, is_causal=True, enable_gqa=True)
-            else:  # continuing a cached sequence: query i sees keys 0 .. start + i
-                mask = torch.ones(length, end, dtype=torch.bool, device=q.device).tril(diagonal=start)
-                o = F.scaled_dot_product_attention(q_seq, k_seq, v_seq, attn_mask=mask, enable_gqa=True)
+            o = prefill_attention(q_seq, keys[slot : slot + 1, :, :end], values[slot : slot + 1, :, :end])
             out[offset : offset + length] = o[0].transpose(0, 1)
             offset += length
         return out
@@ -105,3 +107,56 @@ class GatedAttention(nn.Module):
         values[batch.slots, :, positions] = v
         # An eager batch knows on the host how far its keys reach (`span`): the torch path reads just that much.
         return decode_attention(q, keys, values, batch.slots, positions, span=batch.span)
+
+
+# The most a query block's attention scores may take where no fused kernel runs (CPU, or a GPU without flash and
+# memory-efficient kernels for these inputs): [heads, rows, keys] fp32 per block.
+SCORE_BLOCK_BYTES = 512 * 2**20
+
+
+def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention of a chunk's n queries over all `end` keys of its sequence, aligned to the bottom right:
+    q [1, H, n, D] are positions end - n .. end - 1, k and v [1, H_kv, end, D]. On a GPU: the flash kernel (grouped
+    KV heads natively, the causal bias as its lower-right causal mode, memory O(n)); else, with the KV heads
+    repeated for this chunk, the memory-efficient kernel (lower-right causal mask type, memory O(end)); else, and
+    on a CPU, query blocks whose scores stay within SCORE_BLOCK_BYTES."""
+    if _has_fused_kernels(q.device):
+        if _takes(can_use_flash_attention, q, k, v, gqa=True):
+            return _lower_right(q, k, v, gqa=True)
+        group = q.shape[1] // k.shape[1]
+        k_rep, v_rep = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        if _takes(can_use_efficient_attention, q, k_rep, v_rep, gqa=False):
+            return _lower_right(q, k_rep, v_rep, gqa=False)
+        del k_rep, v_rep
+    return _in_query_blocks(q, k, v)
+
+
+def _lower_right(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> torch.Tensor:
+    bias = causal_lower_right(q.shape[-2], k.shape[-2])
+    return scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
+
+
+def _in_query_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Blocks of query rows, each over the keys it can see (0 .. its last row's position) with its own
+    lower-right causal bias: no [n, end] mask or score matrix is ever whole."""
+    n, end = q.shape[-2], k.shape[-2]
+    gqa = k.shape[1] != q.shape[1]
+    rows = max(16, SCORE_BLOCK_BYTES // (q.shape[1] * end * 4))
+    if rows >= n:
+        return _lower_right(q, k, v, gqa)
+    out = torch.empty_like(q)
+    for first in range(0, n, rows):
+        last = min(n, first + rows)
+        reach = end - n + last  # keys the block's last query sees
+        out[:, :, first:last] = _lower_right(q[:, :, first:last], k[:, :, :reach], v[:, :, :reach], gqa)
+    return out
+
+
+def _has_fused_kernels(device: torch.device) -> bool:
+    """SDPA's flash and memory-efficient kernels (and the checks of which inputs they take) are CUDA's."""
+    return device.type == "cuda"
+
+
+def _takes(check, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> bool:
+    """Whether SDPA's `check` kernel (flash or memory-efficient) takes these inputs without a mask."""
+    return bool(check(SDPAParams(q, k, v, None, 0.0, False, gqa), False))
