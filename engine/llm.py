@@ -436,7 +436,7 @@ class LLM:
                     prompt=prompt if isinstance(prompt, str) else None,
                     prompt_ids=ids,
                     params=p,
-                    generator=None if p.greedy else make_generator(p.seed, self.device),
+                    generator=None if p.greedy else make_generator(p.seed),
                     in_thinking=in_thinking,
                     stop=stop,
                     sink=sink,

@@ -24,7 +24,7 @@ from engine.cuda_graphs import (
 )
 from engine.forward_batch import ForwardBatch, to_device
 from engine.output_processor import OutputProcessor
-from engine.sampling import apply_repetition_penalty, sample_token
+from engine.sampling import RowSampling, sample_tokens
 from engine.scheduler import PrefillChunk
 from engine.sequence import Sequence
 from engine.structured import answer_pending, mask_logits, mask_stop_tokens
