@@ -71,9 +71,10 @@ def check_openai(
     api_key: str | None = None,
     timeout_s: float = PREFLIGHT_TIMEOUT_S,
     withheld_key: bool = False,
-) -> None:
+) -> int | None:
     """`api_key`: sent as a bearer token; the caller decides whether this URL may have it (`preflight` does).
-    `withheld_key`: AW_API_KEY is set but not for this URL (a refusal then says why)."""
+    `withheld_key`: AW_API_KEY is set but not for this URL (a refusal then says why). Returns the context the
+    server says it serves for the model (None when it does not say)."""
     url = endpoint(base_url, "models")
     shown = redact_url(base_url)  # `http://user:pw@host` is shown as `http://***@host`
     headers = {"Accept-Encoding": "identity"}
@@ -107,7 +108,7 @@ def check_openai(
         )
     if status != 200:
         log.debug("preflight: %s answered %s; the server is up", redact_url(url), status)
-        return
+        return None
     served = served_models(body)
     if served and model not in served:
         log.warning(
@@ -117,6 +118,20 @@ def check_openai(
             model,
             served[0],
         )
+    return served_context(body, model)
+
+
+def served_context(body: bytes, model: str) -> int | None:
+    """The context (`max_model_len`, as vLLM, SGLang and `aw-mcp engine serve` list it) of `model`, or of the one
+    model served; None when the list does not say."""
+    try:
+        data = json.loads(body).get("data")
+    except (ValueError, AttributeError):
+        return None
+    entries = [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
+    chosen = [e for e in entries if e.get("id") == model] or (entries if len(entries) == 1 else [])
+    value = chosen[0].get("max_model_len") if chosen else None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _head(response: httpx.Response, limit: int) -> bytes:
@@ -282,15 +297,17 @@ def check_gguf(model: str, device: str | None, cuda: Any, max_model_len: int | N
         )
 
 
-def preflight(choice: BackendChoice, trust_world_backend: bool = False) -> None:
+def preflight(choice: BackendChoice, trust_world_backend: bool = False) -> int | None:
     """Raise PreflightError when the backend cannot answer calls. AW_API_KEY goes to the server only where calls
-    send it too (`trust_world_backend`: as `--trust-world-backend`, for a URL from the world file)."""
+    send it too (`trust_world_backend`: as `--trust-world-backend`, for a URL from the world file). Returns the
+    context a model server says it serves (the caller checks the world fits it), else None."""
     if choice.backend == "openai":
         assert choice.base_url is not None
         key = read_settings().api_key_value
         send = sends_api_key(choice, trust_world_backend)
-        check_openai(
+        return check_openai(
             choice.base_url, choice.model, key if send else None, withheld_key=bool(key) and not send
         )
-    elif choice.backend == "local":
+    if choice.backend == "local":
         check_local(choice.model, choice.device, max_model_len=choice.max_model_len)
+    return None

@@ -18,6 +18,7 @@ from aw_mcp.backends.preflight import preflight
 from aw_mcp.commands import summary
 from aw_mcp.core.flags import port_number
 from aw_mcp.core.private_files import write_private_text
+from aw_mcp.core.redaction import redact_url
 from aw_mcp.core.settings import read_settings
 from aw_mcp.eval.scorecard import score
 from aw_mcp.protocol.http_guard import HttpOptions, check_exposure
@@ -27,6 +28,7 @@ from aw_mcp.sim.world_setup import (
     add_backend_flags,
     add_preset_flag,
     add_world_flag,
+    check_served_context,
     reproduce_flags,
     setup_world,
 )
@@ -183,7 +185,9 @@ def run(args: argparse.Namespace) -> int:
     registry.max_sessions = max(1, args.max_sessions)
     if args.preflight:
         # AW_API_KEY goes where calls send it: to a world file's own URL only with --trust-world-backend.
-        preflight(setup.backend, getattr(args, "trust_world_backend", False))
+        context = preflight(setup.backend, getattr(args, "trust_world_backend", False))
+        if context is not None and setup.backend.base_url is not None:
+            check_served_context(setup.world, context, redact_url(setup.backend.base_url))
     app = WorldApp(setup.simulator, setup.spec_text)
     if args.scorecard:
         label = args.record or args.resume or f"aw-mcp serve --world {args.world}"

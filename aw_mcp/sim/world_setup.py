@@ -227,27 +227,50 @@ def apply_overrides(world: WorldSpec, args: argparse.Namespace) -> WorldSpec:
     return world
 
 
+def with_context(world: WorldSpec, tokens: int) -> WorldSpec:
+    return world.model_copy(update={"model": world.model.model_copy(update={"context_tokens": tokens})})
+
+
+def context_needed(world: WorldSpec, context: int) -> int | None:
+    """None when the world's own text leaves room for a call in `context` tokens; else the smallest context that
+    does, rounded up to 1024 (every call would be refused in a smaller one)."""
+    if not prompt_size_problems(with_context(world, context)):
+        return None
+    low, high = context, context * 2
+    while prompt_size_problems(with_context(world, high)):
+        low, high = high, high * 2
+    while high - low > 256:
+        middle = (low + high) // 2
+        low, high = (low, middle) if not prompt_size_problems(with_context(world, middle)) else (middle, high)
+    return -(-high // 1024) * 1024
+
+
+def too_small(world: WorldSpec, what: str, needed: int, way_out: str) -> UsageError:
+    return UsageError(
+        f"{what} is too small for world {world.name!r}: its own text (system prompt, tools, facts, state) and room "
+        f"for an answer need about {needed:,} tokens of context, so every call would be refused. {way_out}"
+    )
+
+
 def fitted_to_context(world: WorldSpec, context: int) -> WorldSpec:
     """The world with `--max-model-len` as its context (what compaction keeps prompts inside), or a UsageError
-    with the context it needs when its own text leaves no room for a call there (every call would fail)."""
+    with the context it needs when its own text leaves no room for a call there."""
+    needed = context_needed(world, context)
+    if needed is not None:
+        raise too_small(world, f"--max-model-len {context}", needed, f"Pass --max-model-len {needed} or more")
+    return with_context(world, context)
 
-    def at(tokens: int) -> WorldSpec:
-        return world.model_copy(update={"model": world.model.model_copy(update={"context_tokens": tokens})})
 
-    if not prompt_size_problems(at(context)):
-        return at(context)
-    low, high = context, context * 2
-    while prompt_size_problems(at(high)):
-        low, high = high, high * 2
-    while high - low > 256:  # the smallest context that fits, to a round figure
-        middle = (low + high) // 2
-        low, high = (low, middle) if not prompt_size_problems(at(middle)) else (middle, high)
-    needed = -(-high // 1024) * 1024
-    raise UsageError(
-        f"--max-model-len {context} is too small for world {world.name!r}: its own text (system prompt, tools, "
-        f"facts, state) and room for an answer need about {needed:,} tokens of context, so every call would be "
-        f"refused. Pass --max-model-len {needed} or more"
-    )
+def check_served_context(world: WorldSpec, context: int, server: str) -> None:
+    """The context a model server says it serves (`max_model_len` in its /models list) must fit the world."""
+    needed = context_needed(world, context)
+    if needed is not None:
+        raise too_small(
+            world,
+            f"the model server at {server} serves a context of {context:,} tokens, which",
+            needed,
+            f"Restart it with a larger context (vLLM: --max-model-len {needed}), or serve a smaller world",
+        )
 
 
 def setup_world(

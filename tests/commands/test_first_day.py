@@ -240,3 +240,16 @@ def test_shell_json_into_a_closed_pipe_exits_141_without_a_traceback(
     assert (
         main(["shell", "--world", str(small_world_path), "--backend", "demo", "--json"]) == BROKEN_PIPE_EXIT
     )
+
+
+def test_a_model_server_context_too_small_for_the_world_is_refused_at_start(
+    small_world_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM started with --max-model-len 1024 (its /v1/models says so): serving mcp_crm would refuse every call."""
+    from tests.fake_openai import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(lambda body, n: None, model_card={"max_model_len": 1024}) as server:
+        argv = ["serve", "--world", "mcp_crm", "--base-url", server.base_url, "--model", server.model]
+        assert main(argv) == 2
+    line = last_line(capsys.readouterr().err)
+    assert "serves a context of 1,024 tokens" in line and "vLLM: --max-model-len" in line
