@@ -53,27 +53,16 @@ class PortError(OSError):
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything is loaded."""
+    """The listening socket, bound before anything is loaded (SO_REUSEADDR, as uvicorn binds)."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except socket.gaierror as exc:
-        raise PortError(f"cannot listen on {host}:{port}: unknown host ({exc.strerror})") from None
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
+        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:  # taken, privileged, an unknown host
         taken = (
             " (another server holds it: stop it or pick another --port)"
             if exc.errno == errno.EADDRINUSE
             else ""
         )
-        raise PortError(f"cannot listen on {host}:{port}: {exc.strerror}{taken}") from None
-    return sock
+        raise PortError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{taken}") from None
 
 
 def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentParser] = _Parser) -> int:
