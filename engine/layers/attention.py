@@ -131,6 +131,14 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     return _in_query_blocks(q, k, v)
 
 
+def prefill_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The plain-torch reference of `prefill_attention` (and the path it replaced): the same attention through a
+    dense [n, end] boolean mask. On a GPU SDPA can run this only through its math kernel ([heads, n, end] scores)."""
+    n, end = q.shape[-2], k.shape[-2]
+    mask = torch.ones(n, end, dtype=torch.bool, device=q.device).tril(diagonal=end - n)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
 def _lower_right(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> torch.Tensor:
     bias = causal_lower_right(q.shape[-2], k.shape[-2])
     return scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)

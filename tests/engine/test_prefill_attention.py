@@ -14,14 +14,7 @@ from torch.nn.attention.bias import CausalBias
 from engine import LLM
 from engine.forward_batch import ForwardBatch
 from engine.layers import attention
-from engine.layers.attention import prefill_attention
-
-
-def _dense_mask_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The replaced path: query i of n sees keys 0 .. end - n + i through a dense boolean mask."""
-    n, end = q.shape[-2], k.shape[-2]
-    mask = torch.ones(n, end, dtype=torch.bool).tril(diagonal=end - n)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+from engine.layers.attention import prefill_attention, prefill_attention_reference
 
 
 def _inputs(n: int, end: int, heads: int = 8, kv_heads: int = 2, dim: int = 32, dtype=torch.float32, seed=0):
@@ -71,7 +64,7 @@ def test_equals_the_dense_mask_path(
     _as_gpu(monkeypatch, flash, efficient)
     q, k, v = _inputs(n, end, seed=n + end)
     torch.testing.assert_close(
-        prefill_attention(q, k, v), _dense_mask_reference(q, k, v), rtol=1e-5, atol=1e-5
+        prefill_attention(q, k, v), prefill_attention_reference(q, k, v), rtol=1e-5, atol=1e-5
     )
     assert {kind for kind, _, _ in sdpa.calls} == {"causal bias"}
     heads = {kv for _, kv, _ in sdpa.calls}
@@ -86,14 +79,17 @@ def test_query_blocks_bound_the_scores(monkeypatch, sdpa: SdpaCalls) -> None:
     q, k, v = _inputs(70, 200, seed=3)
     out = prefill_attention(q, k, v)
     blocks = len(sdpa.calls)
-    torch.testing.assert_close(out, _dense_mask_reference(q, k, v), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, prefill_attention_reference(q, k, v), rtol=1e-5, atol=1e-5)
     assert blocks == 5 and all(kind == "causal bias" for kind, _, _ in sdpa.calls[:blocks])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_matches(dtype: torch.dtype) -> None:
     q, k, v = _inputs(48, 300, dtype=dtype, seed=5)
-    ours, ref = prefill_attention(q, k, v).float(), _dense_mask_reference(q.float(), k.float(), v.float())
+    ours, ref = (
+        prefill_attention(q, k, v).float(),
+        prefill_attention_reference(q.float(), k.float(), v.float()),
+    )
     torch.testing.assert_close(ours, ref, rtol=0, atol=2e-2)
 
 
