@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import CausalBias
 
-from engine import LLM
+from engine.cache import Cache
 from engine.forward_batch import ForwardBatch
 from engine.layers import attention
 from engine.layers.attention import prefill_attention, prefill_attention_reference
@@ -93,24 +93,16 @@ def test_half_precision_matches(dtype: torch.dtype) -> None:
     torch.testing.assert_close(ours, ref, rtol=0, atol=2e-2)
 
 
-def test_the_layer_never_passes_a_dense_mask(tiny_ckpt, sdpa: SdpaCalls) -> None:
+def test_the_layer_never_passes_a_dense_mask(tiny_llm, sdpa: SdpaCalls) -> None:
     """Two packed sequences, one starting fresh and one continuing its cached prefix (where the old path built
     a dense mask), through the tiny model's attention layers; logits as with one sequence at a time."""
-    llm = LLM(str(tiny_ckpt), device="cpu", progress=False, max_num_seqs=3, max_model_len=64)
-    try:
-        cache, model, cpu = llm.cache, llm.model, torch.device("cpu")
-        gen = torch.Generator().manual_seed(1)
-        first, second = (
-            torch.randint(0, 300, (20,), generator=gen),
-            torch.randint(0, 300, (30,), generator=gen),
-        )
-        model(second[:12], ForwardBatch.build([1], [0], [12], cpu), cache)
-        sdpa.calls.clear()
-        both = model(
-            torch.cat([first, second[12:]]), ForwardBatch.build([0, 1], [0, 12], [20, 18], cpu), cache
-        )
-        assert sdpa.calls and all(kind != "dense" for kind, _, _ in sdpa.calls)
-        alone = model(second, ForwardBatch.build([2], [0], [30], cpu), cache)
-        torch.testing.assert_close(both[1], alone[0], rtol=1e-4, atol=1e-4)
-    finally:
-        llm.shutdown()
+    model, cpu = tiny_llm.model, torch.device("cpu")
+    cache = Cache(tiny_llm.config, num_slots=3, max_len=64, dtype=torch.float32, device=cpu)
+    gen = torch.Generator().manual_seed(1)
+    first, second = torch.randint(0, 300, (20,), generator=gen), torch.randint(0, 300, (30,), generator=gen)
+    model(second[:12], ForwardBatch.build([1], [0], [12], cpu), cache)
+    sdpa.calls.clear()
+    both = model(torch.cat([first, second[12:]]), ForwardBatch.build([0, 1], [0, 12], [20, 18], cpu), cache)
+    assert sdpa.calls and all(kind != "dense" for kind, _, _ in sdpa.calls)
+    alone = model(second, ForwardBatch.build([2], [0], [30], cpu), cache)
+    torch.testing.assert_close(both[1], alone[0], rtol=1e-4, atol=1e-4)
