@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from aw_mcp.prompt.constraint import relaxation_warnings
 from aw_mcp.prompt.fit import prompt_size_problems
-from aw_mcp.prompt.templates import NO_WORLD_SLOTS, TemplateError, prompt_dir
+from aw_mcp.prompt.templates import TemplateError, prompt_dir
 from aw_mcp.spec.faults import CatalogFault
 from aw_mcp.spec.issues import SpecIssue, WorldSpecError, clean_loc, expected, field_path
 from aw_mcp.spec.schema_check import keyword_problems, regex_problems
@@ -91,14 +91,11 @@ def prompt_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
         return []
     line = source.locate(("prompts",))[0]
     try:
-        prompts = prompt_dir(None, world.prompts, Path(source.path))
-        template = prompts.load(world.domain)
+        prompt_dir(None, world.prompts, Path(source.path)).load(world.domain)
     except TemplateError as exc:
         message = str(exc).removeprefix(f"{source.path}: prompts: ")  # the issue names file and field itself
         return [SpecIssue(source.path, line, "prompts", message)]
-    if not prompts.bundled and "{facts}" not in template and "{initial_state}" not in template:
-        message = f"{prompts.path(world.domain)} has no {{facts}} or {{initial_state}} slot: {NO_WORLD_SLOTS}"
-        return [SpecIssue(source.path, line, "prompts", message, "warning")]
+    # A template without slots for the world still gets it (prompt/world_channel.py): nothing to warn about.
     return []
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from aw_mcp.prompt.frame import (
     turn_heading,
 )
 from aw_mcp.prompt.templates import BUNDLED, SYSTEM_SLOTS, fill_slots
+from aw_mcp.prompt.world_channel import place_world
 from aw_mcp.spec import androidworld, browsergym
 from aw_mcp.spec.domains import TAGGED_DOMAINS
 
@@ -74,14 +76,17 @@ def render_tool_definitions(
     tool); on the web, BrowserGym's function signatures; on Android, AndroidWorld's JSON action forms (and JSON for
     any tool a world adds beside them)."""
     signatures = []
+    web = []
     tools = []
     for tool in world.tools:
         if world.domain == "web" and tool.name in browsergym.BY_NAME:
-            signatures.append(browsergym.BY_NAME[tool.name].signature())
+            web.append(tool.name)
         elif world.domain == "android" and tool.name in androidworld.BY_NAME:
             signatures.append(androidworld.BY_NAME[tool.name].template())
         else:
             tools.append(tool)
+    if web:
+        signatures.append(browsergym.action_space(web))
     parts = []
     if signatures:
         parts.append(_fence("\n".join(signatures), "text"))
@@ -167,12 +172,23 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _VerbatimDumper.add_representer(str, _represent_str)
 
 
+# The last states rendered, by identity (the state of a loaded world is never changed): a state of megabytes takes
+# PyYAML seconds, and the load check, the first call of each session and each fork's would render it again.
+_RENDERED_STATES: OrderedDict[int, tuple[Any, str]] = OrderedDict()
+
+
 def render_state(world: WorldSpec) -> str:
     if world.state is None:
         return "(not specified: invent a plausible, self-consistent state and keep to it)"
     if isinstance(world.state, str):
         return world.state.strip("\n").rstrip()
+    cached = _RENDERED_STATES.get(id(world.state))
+    if cached is not None and cached[0] is world.state:
+        return cached[1]
     text = yaml.dump(world.state, Dumper=_VerbatimDumper, sort_keys=False, allow_unicode=True, width=100)
+    _RENDERED_STATES[id(world.state)] = (world.state, text.rstrip("\n"))  # kept alive: its id stays its own
+    while len(_RENDERED_STATES) > 8:
+        _RENDERED_STATES.popitem(last=False)
     return text.rstrip("\n")
 
 
@@ -197,8 +213,12 @@ def render_system_prompt(
     form: CatalogForm = CatalogForm.FULL,
     called: str | None = None,
 ) -> str:
+    """The system prompt: the template's slots filled; what of the world a template has no slot for (the official
+    templates) placed where the official material has a channel for it (prompt/world_channel.py)."""
     text = template if template is not None else load_template(world.domain)
-    return fill_slots(text, system_values(world, now, form, called))
+    values, suffix = place_world(text, system_values(world, now, form, called), world.domain)
+    filled = fill_slots(text, values)
+    return f"{filled.rstrip()}{suffix}" if suffix else filled
 
 
 def scoped_facts(world: WorldSpec, tool: str) -> list[str]:

@@ -30,8 +30,6 @@ SLOTS_BY_KIND: dict[str, tuple[str, ...]] = {
     "judge_system_prompt": JUDGE_SLOTS,
 }
 _SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# Said of a user's system prompt template without {facts} and {initial_state} (`serve` logs it, `validate` warns).
-NO_WORLD_SLOTS = "the world's facts and state are not in the system prompt"
 
 
 class TemplateError(UserError, ValueError):

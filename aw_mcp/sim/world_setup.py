@@ -17,7 +17,8 @@ from aw_mcp.core.errors import UsageError
 from aw_mcp.core.settings import AwSettings, read_settings
 from aw_mcp.load.world import load_world
 from aw_mcp.prompt.fit import prompt_size_problems
-from aw_mcp.prompt.templates import NO_WORLD_SLOTS, PromptDir, prompt_dir
+from aw_mcp.prompt.templates import PromptDir, prompt_dir
+from aw_mcp.prompt.world_channel import channel
 from aw_mcp.sim.registry import ForkPointError, SessionRegistry
 from aw_mcp.sim.simulator import Simulator, params_from_settings
 from aw_mcp.spec.bundled import resolve_world_path
@@ -283,9 +284,9 @@ def setup_world(
     world = apply_overrides(load_world(path), args)
     prompts = prompt_dir(getattr(args, "prompts", None), world.prompts, Path(path))
     template = prompts.load(world.domain)  # an unknown {slot} or a missing file stops us here, not at a call
-    if not prompts.bundled and "{facts}" not in template and "{initial_state}" not in template:
-        where = prompts.path(world.domain)
-        log.warning("%s has no {facts} or {initial_state} slot: %s", where, NO_WORLD_SLOTS)
+    placed = None if prompts.bundled else channel(template, world.domain)
+    if placed is not None:  # the official templates: the world goes where they have a channel for it
+        log.info("%s has no slot for part of the world: it goes into %s", prompts.path(world.domain), placed)
     choice = resolve_backend(
         world.model,
         backend=args.backend,

@@ -81,8 +81,12 @@ def _annotation(schema: dict[str, Any]) -> str:
     if "anyOf" in schema:
         return " | ".join(_annotation(s) for s in schema["anyOf"])
     kind = schema.get("type")
-    if kind == "array":
-        return "list"
+    if (
+        kind == "array"
+    ):  # `list[str]` where the items have a type, `list` otherwise (the official web prompt's)
+        items = schema.get("items")
+        inner = items.get("type") if isinstance(items, dict) else None
+        return f"list[{_annotation(items)}]" if isinstance(inner, str) else "list"
     return {"string": "str", "number": "float", "integer": "int", "boolean": "bool"}.get(str(kind), "Any")
 
 
@@ -227,6 +231,10 @@ def render_call(name: str, arguments: dict[str, Any]) -> str | None:
     return function.call(arguments) if function is not None else None
 
 
-def action_space() -> str:
-    """Every function's signature, one per line, as the web prompt's action space lists them."""
-    return "\n".join(f.signature() for f in FUNCTIONS)
+def action_space(names: list[str] | None = None) -> str:
+    """The functions' signatures (`names`: these; default all), one per line after the count, as the official web
+    prompt's action space lists them."""
+    chosen = FUNCTIONS if names is None else [BY_NAME[n] for n in names]
+    return "\n".join(
+        [f"{len(chosen)} different types of actions are available.", *(f.signature() for f in chosen)]
+    )

@@ -111,31 +111,202 @@ BUILTIN_TOOLS: dict[str, list[dict[str, Any]]] = {
             "annotations": {"destructiveHint": True, "openWorldHint": False},
         }
     ],
+    # The official search prompt's three tools, with its inputs: `web_search` takes a batch (`queries`) or one
+    # `query`; `web_extractor` takes `{"url"}`; `dict_memory` is a key-value memory (add, update, retrieve,
+    # retrieve_all, remove, remove_all).
     "search": [
         {
             "name": "web_search",
             "title": "Web search",
-            "description": "Search the web; returns the top results (title, URL, snippet) for each query.",
-            "inputSchema": _obj(
-                {"queries": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 10}},
-                ["queries"],
-            ),
+            "description": "Search the web: ten ranked results (URL, title, snippet, date) for each query.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "queries": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 10},
+                    "query": {"type": "string", "minLength": 1},
+                },
+                "anyOf": [{"required": ["queries"]}, {"required": ["query"]}],
+                "additionalProperties": False,
+            },
             "annotations": {"readOnlyHint": True, "openWorldHint": True},
         },
         {
             "name": "web_extractor",
             "title": "Read a web page",
-            "description": "Fetch a URL and return the page's main content, optionally focused on a goal.",
-            "inputSchema": _obj(
-                {
-                    "url": {"type": "string", "description": "Absolute http(s) URL."},
-                    "goal": {"type": "string", "description": "What information to extract."},
-                },
-                ["url"],
-            ),
+            "description": "Fetch a web page and return its content as Markdown text.",
+            "inputSchema": _obj({"url": {"type": "string", "description": "The page's URL."}}, ["url"]),
             "annotations": {"readOnlyHint": True, "openWorldHint": True},
         },
+        {
+            "name": "dict_memory",
+            "title": "Key-value memory",
+            "description": (
+                "A persistent key-value memory: `add` or `update` the items of `dict`, `retrieve` or `remove` the "
+                "keys in `key_list`, `retrieve_all`, `remove_all`."
+            ),
+            "inputSchema": _obj(
+                {
+                    "operation": {
+                        "enum": ["add", "update", "retrieve", "retrieve_all", "remove", "remove_all"]
+                    },
+                    "dict": {"type": "object", "description": "Items to add or update."},
+                    "key_list": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Keys to act on.",
+                    },
+                },
+                ["operation"],
+            ),
+            "annotations": {"openWorldHint": False},
+        },
     ],
+    # The official SWE prompt names `run_shell_command` and speaks of files, directories, todo lists and background
+    # PIDs: the tool set of Qwen Code (the Gemini-CLI family), whose names and arguments these follow. Which exact
+    # tools the trained SWE data used is not shown; SWE-agent's `execute_bash` and `str_replace_editor` remain as
+    # LEGACY_TOOLS, for worlds that name them.
+    "swe": [
+        {
+            "name": "run_shell_command",
+            "title": "Run a shell command",
+            "description": (
+                "Run a command with `bash -c` in the repository; returns the command, its directory, stdout, stderr, "
+                "the error, the exit code and any background PIDs."
+            ),
+            "inputSchema": _obj(
+                {
+                    "command": {"type": "string", "description": "The exact command to run."},
+                    "description": {"type": "string", "description": "What the command is for, in brief."},
+                    "directory": {"type": "string", "description": "Where to run it, relative to the root."},
+                    "is_background": {"type": "boolean", "description": "Run it in the background."},
+                },
+                ["command"],
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "read_file",
+            "title": "Read a file",
+            "description": "Read a file (a slice of its lines with `offset` and `limit`).",
+            "inputSchema": _obj(
+                {
+                    "path": {"type": "string", "description": "The file's absolute path."},
+                    "offset": {"type": "integer", "minimum": 0, "description": "The 0-based first line."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "The most lines to read."},
+                },
+                ["path"],
+            ),
+            "annotations": {"readOnlyHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "write_file",
+            "title": "Write a file",
+            "description": "Write content to a file, creating it and its directories or overwriting it.",
+            "inputSchema": _obj(
+                {"file_path": {"type": "string"}, "content": {"type": "string"}}, ["file_path", "content"]
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "edit",
+            "title": "Edit a file",
+            "description": (
+                "Replace `old_string` with `new_string` in a file (once, unless `expected_replacements` says more); "
+                "an empty `old_string` creates the file."
+            ),
+            "inputSchema": _obj(
+                {
+                    "file_path": {"type": "string"},
+                    "old_string": {"type": "string"},
+                    "new_string": {"type": "string"},
+                    "expected_replacements": {"type": "integer", "minimum": 1},
+                },
+                ["file_path", "old_string", "new_string"],
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "list_directory",
+            "title": "List a directory",
+            "description": "List the files and subdirectories of a directory, directories first.",
+            "inputSchema": _obj(
+                {
+                    "path": {"type": "string"},
+                    "ignore": {"type": "array", "items": {"type": "string"}},
+                    "respect_git_ignore": {"type": "boolean"},
+                },
+                ["path"],
+            ),
+            "annotations": {"readOnlyHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "glob",
+            "title": "Find files",
+            "description": "Find files matching a glob pattern, newest first.",
+            "inputSchema": _obj({"pattern": {"type": "string"}, "path": {"type": "string"}}, ["pattern"]),
+            "annotations": {"readOnlyHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "grep_search",
+            "title": "Search file contents",
+            "description": "Search files for a regular expression; returns the matching lines with paths and numbers.",
+            "inputSchema": _obj(
+                {
+                    "pattern": {"type": "string"},
+                    "path": {"type": "string"},
+                    "glob": {"type": "string"},
+                    "limit": {"type": "integer", "minimum": 1},
+                },
+                ["pattern"],
+            ),
+            "annotations": {"readOnlyHint": True, "openWorldHint": False},
+        },
+        {
+            "name": "todo_write",
+            "title": "Write the todo list",
+            "description": "Replace the session's todo list.",
+            "inputSchema": _obj(
+                {
+                    "todos": {
+                        "type": "array",
+                        "items": _obj(
+                            {
+                                "id": {"type": "string"},
+                                "content": {"type": "string", "minLength": 1},
+                                "status": {"enum": ["pending", "in_progress", "completed"]},
+                            },
+                            ["id", "content", "status"],
+                        ),
+                    }
+                },
+                ["todos"],
+            ),
+            "annotations": {"openWorldHint": False},
+        },
+    ],
+    "android": androidworld.tools(),
+    "web": browsergym.tools(),
+    "os": [
+        {
+            "name": "run_gui_code",
+            "title": "Control the desktop",
+            "description": (
+                "Run Python code using pyautogui (mouse, keyboard, screenshots) on the desktop; returns the next "
+                "screen as an accessibility tree. Use pyautogui.click(x, y), pyautogui.write('text'), "
+                "pyautogui.hotkey('ctrl', 's'), time.sleep(s)."
+            ),
+            "inputSchema": _obj(
+                {"code": {"type": "string", "description": "Python source to run."}}, ["code"]
+            ),
+            "annotations": {"destructiveHint": True, "openWorldHint": False},
+        }
+    ],
+}
+
+
+# Tools a world gets when its `tools:` names them (merged like a built-in): names an earlier version had built in,
+# which worlds and agents may depend on. Not what the model was trained on (see the SWE set above).
+LEGACY_TOOLS: dict[str, list[dict[str, Any]]] = {
     "swe": [
         {
             "name": "execute_bash",
@@ -177,22 +348,5 @@ BUILTIN_TOOLS: dict[str, list[dict[str, Any]]] = {
             ),
             "annotations": {"destructiveHint": True, "openWorldHint": False},
         },
-    ],
-    "android": androidworld.tools(),
-    "web": browsergym.tools(),
-    "os": [
-        {
-            "name": "run_gui_code",
-            "title": "Control the desktop",
-            "description": (
-                "Run Python code using pyautogui (mouse, keyboard, screenshots) on the desktop; returns the next "
-                "screen as an accessibility tree. Use pyautogui.click(x, y), pyautogui.write('text'), "
-                "pyautogui.hotkey('ctrl', 's'), time.sleep(s)."
-            ),
-            "inputSchema": _obj(
-                {"code": {"type": "string", "description": "Python source to run."}}, ["code"]
-            ),
-            "annotations": {"destructiveHint": True, "openWorldHint": False},
-        }
     ],
 }

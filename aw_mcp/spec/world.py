@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aw_mcp.core.strict_model import StrictSpecModel, http_url
 from aw_mcp.spec.check_budget import CheckBudgetError, best_problem, non_finite_at
-from aw_mcp.spec.domains import BUILTIN_TOOLS, SCREEN_DOMAINS, TASK_DOMAINS, Domain
+from aw_mcp.spec.domains import BUILTIN_TOOLS, LEGACY_TOOLS, SCREEN_DOMAINS, TASK_DOMAINS, Domain
 from aw_mcp.spec.faults import CatalogFault, ErrorFault, InjectFault, Perturbation, check_names_unique
 from aw_mcp.spec.injections import BUILTIN_INJECTIONS, InjectionSlot
 from aw_mcp.spec.issues import clean_loc, expected
@@ -408,7 +408,8 @@ class WorldSpec(StrictSpecModel):
     @classmethod
     def _builtin_tools(cls, data: Any) -> Any:
         """Non-MCP domains start from their built-in tools; a `tools:` entry naming one is merged over it (e.g. to
-        add `examples:`), other entries are added after them."""
+        add `examples:`), one naming a legacy tool of the domain (domains.LEGACY_TOOLS) brings that tool, merged the
+        same way, and other entries are added after them."""
         domain = data.get("domain", "mcp") if isinstance(data, dict) else None
         if not isinstance(domain, str) or domain not in BUILTIN_TOOLS:
             return data
@@ -417,9 +418,13 @@ class WorldSpec(StrictSpecModel):
             return data  # let field validation report the type error
         merged = copy.deepcopy(BUILTIN_TOOLS[data["domain"]])
         by_name = {tool["name"]: tool for tool in merged}
+        legacy = {tool["name"]: tool for tool in LEGACY_TOOLS.get(domain, [])}
         for entry in own:
-            if isinstance(entry, dict) and entry.get("name") in by_name:
-                by_name[entry["name"]].update(entry)
+            name = entry.get("name") if isinstance(entry, dict) else None
+            if name in by_name:
+                by_name[name].update(entry)
+            elif name in legacy:
+                merged.append({**copy.deepcopy(legacy[name]), **entry})
             else:
                 merged.append(entry)
         return {**data, "tools": merged}

@@ -27,6 +27,8 @@ screen: |
 WEB = "name: shop\ndomain: web\nnow: '2026-01-01T00:00:00Z'\nscreen: |\n  [a12] searchbox 'Search'\n"
 
 SWE = "name: repo\ndomain: swe\nnow: '2026-01-01T00:00:00Z'\nstate: {files: {/testbed/a.py: 'x = 1'}}\n"
+# A world that names the tools an earlier version had built in: it gets them (domains.LEGACY_TOOLS).
+SWE_LEGACY = SWE + "tools: [{name: str_replace_editor}, {name: execute_bash}]\n"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -94,7 +96,7 @@ def test_web_lists_browsergym_tools_and_fill_reaches_the_model_as_the_call(
 
 
 def test_view_output_keeps_its_leading_spaces_in_the_next_calls_history(tmp_path: Path) -> None:
-    world = write(tmp_path, "repo.yaml", SWE)
+    world = write(tmp_path, "repo.yaml", SWE_LEGACY)
     trajectory = tmp_path / "t.jsonl"
     listing = "     1\tx = 1\n     2\t"
     replies = [
@@ -112,18 +114,30 @@ def test_view_output_keeps_its_leading_spaces_in_the_next_calls_history(tmp_path
     )
 
 
-def test_prompts_dir_with_only_the_official_slots_is_used_verbatim(tmp_path: Path) -> None:
-    world = write(tmp_path, "repo.yaml", SWE)
+def test_a_prompts_dir_with_only_the_official_slots_keeps_its_text_and_gets_the_world(tmp_path: Path) -> None:
+    """Issue 31.4: the official SWE template's own text is kept byte for byte; the world it has no slot for
+    (description, clock, facts, state) and the line introducing the per-step notes follow the demonstrations in
+    its `{demonstrations}` slot."""
+    world = write(tmp_path, "repo.yaml", SWE.replace("now:", "facts: [The sandbox has no network.]\nnow:"))
     (tmp_path / "mine" / "swe").mkdir(parents=True)
     template = "# Role and Objective\n\nOfficial-style.\n\n{tool_definitions}\n\n{demonstrations}"
     (tmp_path / "mine" / "swe" / "system_prompt.txt").write_text(template, encoding="utf-8")
     with ScriptedOpenAIServer([Reply(content="**Environment Observation:**\nok")]) as server:
         prompts = str(tmp_path / "mine")
-        assert call(world, server, "execute_bash", {"command": "true"}, "--prompts", prompts) == 0
+        assert call(world, server, "run_shell_command", {"command": "true"}, "--prompts", prompts) == 0
     system = server.requests[0].body["messages"][0]["content"]
     definitions = render_tool_definitions(load_world(world))
-    assert system == f"# Role and Objective\n\nOfficial-style.\n\n{definitions}\n\n"  # no examples: empty
-    assert definitions.startswith('[\n  {\n    "name": "execute_bash"')
+    assert system.startswith(
+        f"# Role and Objective\n\nOfficial-style.\n\n{definitions}\n\n\n## This World\nrepo"
+    )
+    assert definitions.startswith('[\n  {\n    "name": "run_shell_command"')
+    for part in (
+        "## Current Time\n2026-01-01T00:00:00Z",
+        "1. The sandbox has no network.",
+        "/testbed/a.py: x = 1",
+    ):
+        assert part in system
+    assert system.rstrip().endswith("Follow them silently; never mention them.")
 
 
 def test_unknown_slot_stops_at_start_up_with_file_and_line(

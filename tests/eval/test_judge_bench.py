@@ -204,7 +204,8 @@ def record_session(tmp_path: Path) -> Path:
     answers = [Reply(content="**Environment Observation:**\na.py b.py c.py"), Reply(content="x = 1")]
     with ScriptedOpenAIServer(answers) as server:
         for n, command in enumerate(("ls", "cat a.py")):
-            argv = ["call", "--world", str(world), "execute_bash", "--args", json.dumps({"command": command})]
+            arguments = json.dumps({"command": command})
+            argv = ["call", "--world", str(world), "run_shell_command", "--args", arguments]
             keep = ["--record" if n == 0 else "--resume", str(trajectory)]
             assert main([*argv, "--base-url", server.base_url, *keep]) == 0
     return trajectory

@@ -91,20 +91,25 @@ SESSIONS: dict[str, tuple[str, list[tuple[str, dict[str, Any]]], list[str]]] = {
     "swe": (
         "swe_bugfix",
         [
-            (
-                "str_replace_editor",
-                {"command": "view", "path": "/testbed/src/durparse/format.py", "view_range": [18, 20]},
-            ),
-            ("execute_bash", {"command": "cd /testbed && git status --short"}),
-            ("execute_bash", {"command": "python -m pytest -q tests/test_format.py"}),
+            ("read_file", {"path": "/testbed/src/durparse/format.py", "offset": 17, "limit": 3}),
+            ("run_shell_command", {"command": "git status --short", "directory": "."}),
+            ("run_shell_command", {"command": "python -m pytest -q tests/test_format.py"}),
         ],
         [
             answer(
-                "    18\t    for suffix, size in _UNITS:\n    19\t        if total > size and len(parts) < max_units:\n"
-                "    20\t            count, total = divmod(total, size)"
+                "[File content truncated: showing lines 18-20 of 31 total lines...]\n"
+                "    for suffix, size in _UNITS:\n        if total > size and len(parts) < max_units:\n"
+                "            count, total = divmod(total, size)"
             ),
-            answer(" M src/durparse/format.py"),
-            answer("......F\n1 failed, 6 passed in 0.04s"),
+            answer(
+                "Command: git status --short\nDirectory: .\nStdout:  M src/durparse/format.py\nStderr: (empty)\n"
+                "Error: (none)\nExit Code: 0\nSignal: (none)\nBackground PIDs: (none)"
+            ),
+            answer(
+                "Command: python -m pytest -q tests/test_format.py\nDirectory: (root)\nStdout: ......F\n"
+                "1 failed, 6 passed in 0.04s\nStderr: (empty)\nError: (none)\nExit Code: 1\nSignal: (none)\n"
+                "Background PIDs: (none)"
+            ),
         ],
     ),
     "android": (
@@ -250,11 +255,12 @@ def test_fixture_follows_the_trained_layout(domain: str) -> None:
         assert "\\n" not in golden["system"] and "\n\n  ├──" not in golden["system"]
     if domain == "os":
         assert third[0]["content"].startswith("### Turn 1\n**Task Instruction:**\nAdd a total row")
-    if domain == "swe":
-        assert third[1][
-            "content"
-        ] == "**Environment Observation:**\n    18\t    for suffix, size in _UNITS:\n" + (
-            "    19\t        if total > size and len(parts) < max_units:\n    20\t            count, total = divmod(total, size)"
+    if domain == "swe":  # the file's lines kept exactly, their indentation included
+        assert third[1]["content"] == (
+            "**Environment Observation:**\n[File content truncated: showing lines 18-20 of 31 total lines...]\n"
+            "    for suffix, size in _UNITS:\n        if total > size and len(parts) < max_units:\n"
+            "            count, total = divmod(total, size)"
         )
+        assert '"name": "run_shell_command"' in golden["system"]  # the official SWE prompt's shell tool
     if domain == "search":
         assert third[1]["content"].startswith("**Environment Observation:**\n```\n[1] https://")

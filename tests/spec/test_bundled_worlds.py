@@ -32,9 +32,13 @@ def test_system_prompt_fills_every_slot(path: Path) -> None:
 
 
 def minimal_arguments(schema: dict[str, Any]) -> dict[str, Any]:
-    """Arguments that fill only the required properties, each with the simplest value its schema allows."""
+    """Arguments that fill only the required properties (of the first `anyOf` branch too, as web_search's batch or
+    single query), each with the simplest value its schema allows."""
     properties = schema.get("properties") or {}
-    return {name: simplest_value(properties.get(name) or {}) for name in schema.get("required") or []}
+    required = list(schema.get("required") or [])
+    if schema.get("anyOf"):
+        required += schema["anyOf"][0].get("required") or []
+    return {name: simplest_value(properties.get(name) or {}) for name in required}
 
 
 def simplest_value(schema: dict[str, Any]) -> Any:
