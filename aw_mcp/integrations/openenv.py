@@ -40,10 +40,13 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import contextvars
 import functools
 import inspect
+import json
 import queue
 import threading
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -237,7 +240,12 @@ class WorldEnvironment(Environment[Action, Observation, WorldState]):
         **kwargs: Any,
     ) -> ListToolsObservation:
         await self._reset_rubric_async()
-        return self._apply_transform(await _awaiting(self._reset, seed, episode_id, fork_from))
+        observation = self._apply_transform(await _awaiting(self._reset, seed, episode_id, fork_from))
+        named = _websocket_session.get()
+        if named is not None:  # a WebSocket that named the session of its client's HTTP /mcp calls
+            with _live_lock:
+                _linked[named] = self
+        return observation
 
     def step(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
         """`ListToolsAction` or `CallToolAction` (a step before any reset resets first). `timeout_s` bounds a tool
@@ -439,7 +447,15 @@ class EpisodeTools:
     protocol_error fault or a timeout is raised, which the server answers as a JSON-RPC error."""
 
     def __init__(self, environment: WorldEnvironment) -> None:
-        self.environment = environment
+        self._own = environment
+
+    @property
+    def environment(self) -> WorldEnvironment:
+        """This session's environment, or the episode its client's WebSocket reset (`SessionLink`)."""
+        named = _mcp_session.get()
+        with _live_lock:
+            linked = _linked.get(named) if named is not None else None
+        return linked if linked is not None and not linked._closed else self._own
 
     def is_connected(self) -> bool:
         return self.environment._env is not None  # a live episode: the server calls straight in
@@ -514,6 +530,64 @@ async def _call_tool(env: Env, action: CallToolAction, timeout_s: float | None) 
 
 # --- OpenEnv's server -----------------------------------------------------------------------------------------------
 
+# openenv 0.10's MCPToolClient makes one session over HTTP (`openenv/session/create`), then opens its WebSocket with
+# `?session_id=` that id, so that reset/step/state there and list_tools/call_tool on /mcp are one episode; openenv-core
+# 0.3's server gives the WebSocket a session of its own. SessionLink notes the id on both paths (contextvars of the
+# request's task) and the episode the WebSocket reset answers that session's /mcp calls.
+_websocket_session: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "openenv_ws_session", default=None
+)
+_mcp_session: contextvars.ContextVar[str | None] = contextvars.ContextVar("openenv_mcp_session", default=None)
+_linked: dict[str, WorldEnvironment] = {}  # a client's session id -> the episode its WebSocket reset
+MAX_MCP_BODY_BYTES = 1024 * 1024  # a larger /mcp request is passed on unread (no session link)
+
+
+class SessionLink:
+    """ASGI wrapper around OpenEnv's app: the session id a 0.10 client names on `/ws` and in `/mcp` requests
+    (see above). Everything else passes through unchanged; attributes are the wrapped app's."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket" and scope.get("path") == "/ws":
+            query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            named = (query.get("session_id") or [None])[0]
+            token = _websocket_session.set(named)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _websocket_session.reset(token)
+                if named is not None:
+                    with _live_lock:
+                        _linked.pop(named, None)
+            return
+        if scope["type"] == "http" and scope.get("path") == "/mcp" and scope.get("method") == "POST":
+            body, more, messages = b"", True, []
+            while more and len(body) <= MAX_MCP_BODY_BYTES:
+                message = await receive()
+                messages.append(message)
+                body += message.get("body", b"")
+                more = message.get("more_body", False) and message["type"] == "http.request"
+
+            async def replay() -> Any:
+                return messages.pop(0) if messages else await receive()
+
+            named = None
+            if not more:
+                with contextlib.suppress(ValueError, AttributeError, TypeError):
+                    named = json.loads(body).get("params", {}).get("session_id")
+            token = _mcp_session.set(named if isinstance(named, str) else None)
+            try:
+                await self.app(scope, replay, send)
+            finally:
+                _mcp_session.reset(token)
+            return
+        await self.app(scope, receive, send)
+
 
 def create_app(
     world: str | Path,
@@ -532,7 +606,7 @@ def create_app(
     factory = functools.partial(WorldEnvironment, str(world), **options)
     extra: dict[str, Any] = {"state_cls": WorldState, "reset_observation_cls": ListToolsObservation}
     accepted = inspect.signature(openenv_create_app).parameters
-    return openenv_create_app(
+    app = openenv_create_app(
         factory,
         CallToolAction,  # so OpenEnv routes list_tools / call_tool steps and /mcp's tools/* to step()
         CallToolObservation,
@@ -540,6 +614,7 @@ def create_app(
         max_concurrent_envs=max_concurrent_envs,
         **{key: value for key, value in extra.items() if key in accepted},  # older OpenEnv lacks them
     )
+    return SessionLink(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,7 +20,9 @@ async def main() -> None:
         print("call_tool('search_contacts', query='murphy') ->", str(data)[:140])
         step = await env.step(CallToolAction(tool_name="get_contact", arguments={"contact_id": "con_104214"}))
         print("step(CallToolAction get_contact) -> error", step.observation.error)
-        assert tools and data
+        state = await env.state()
+        print("state() after list_tools, call_tool and step:", state)
+        assert tools and data and state.step_count == 3  # one episode over the WebSocket and /mcp
     print("OK openenv 0.10 MCPToolClient")
 
 

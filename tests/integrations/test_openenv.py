@@ -297,3 +297,33 @@ async def test_openenv_010_mcp_tool_client_wire_lists_and_calls_tools(base_url: 
         stateless = (await rpc("tools/list", {}))["tools"]  # no session: a throwaway environment answers
         assert [tool["name"] for tool in stateless] == [tool["name"] for tool in tools]
         await rpc("openenv/session/close", {"session_id": session})
+
+
+async def test_openenv_010_client_websocket_and_mcp_calls_are_one_episode(base_url: str) -> None:
+    """0.10's MCPToolClient opens its WebSocket with `?session_id=` the session of its /mcp calls; 0.3's server
+    makes that WebSocket a session of its own, so a reset there and a call on /mcp were two world sessions."""
+    import json
+
+    import httpx
+    import websockets
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+
+        async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            response = await http.post(
+                "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            )
+            body = response.json()
+            assert "error" not in body, body
+            return body["result"]
+
+        session = (await rpc("openenv/session/create", {}))["session_id"]
+        ws_url = base_url.replace("http://", "ws://") + f"/ws?session_id={session}"
+        async with websockets.connect(ws_url) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {}}))
+            assert json.loads(await ws.recv())["type"] == "observation"
+            await rpc("tools/call", {"name": READ[0], "arguments": READ[1], "session_id": session})
+            await ws.send(json.dumps({"type": "state"}))
+            state = json.loads(await ws.recv())["data"]
+        await rpc("openenv/session/close", {"session_id": session})
+    assert state["calls"] == 1 and state["step_count"] == 1  # the /mcp call went to the episode reset on /ws
