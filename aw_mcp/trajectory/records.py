@@ -27,7 +27,13 @@ from aw_mcp.core.redaction import redact_secrets
 
 log = logging.getLogger(__name__)
 
-TRAJECTORY_VERSION = 1
+# 1: the first format. 2: a call may say who answered it (`answered_by`) and carry a `shadow` prediction.
+# A version-1 line reads as a version-2 one answered by the world model with no shadow.
+TRAJECTORY_VERSION = 2
+
+# Who produced the observation the agent saw: the world model, a real upstream server (aw-mcp mirror), a recorded
+# call replayed (the hybrid backend) or the answer cache.
+AnsweredBy = Literal["model", "upstream", "recording", "cache"]
 
 
 def utc_now() -> str:
@@ -112,6 +118,21 @@ class ForkPoint(BaseModel):
     call: int
 
 
+class ShadowPrediction(BaseModel):
+    """What the world model predicted for a call another source answered (aw-mcp mirror --shadow): its observation
+    beside the real one, for calibration. `error` is set (and `observation` may be None) when the prediction
+    failed: the model server was unreachable, the session ended first, ..."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    observation: str | None = None
+    structured: Any = None
+    is_error: bool = False
+    latency_ms: float = 0.0
+    model: str | None = None
+    error: str | None = None
+
+
 class CallRecord(_Line):
     """One line of the trajectory: everything needed to audit, report on or replay one tool call.
 
@@ -146,6 +167,10 @@ class CallRecord(_Line):
     compacted: int = 0
     # A call of a forked session: the parent session and the fork point (calls before it are the parent's lines).
     forked_from: ForkPoint | None = None
+    # Who answered (version 2; absent in older lines: the world model).
+    answered_by: AnsweredBy = "model"
+    # The world model's prediction of this call's observation, when another source answered it (version 2).
+    shadow: ShadowPrediction | None = None
 
     @field_validator("faults", mode="before")
     @classmethod

@@ -127,3 +127,23 @@ def test_serve_resume_with_a_bad_record_is_one_line_naming_it(
     code = main(["serve", "--world", str(small_world_path), "--resume", str(path), "--no-preflight"])
     err = capsys.readouterr().err
     assert code == 1 and f"{path}:1: latency_ms: Input should be a valid number" in err
+
+
+def test_a_version_1_line_reads_as_answered_by_the_model_and_a_shadowed_call_reads_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    old = {"v": 1, "type": "call", "tool": "get_order", "observation": "ok"}
+    shadowed = a_call(
+        1,
+        observation='{"id": 1}',
+        answered_by="upstream",
+        shadow={"observation": '{"id": 2}', "is_error": False, "latency_ms": 12.5, "model": "m"},
+    )
+    path.write_text(json.dumps(old) + "\n" + shadowed.to_line() + "\n")
+    first, second = read_trajectory(path)
+    assert first.answered_by == "model" and first.shadow is None and first.v == 1
+    assert second == shadowed and second.shadow is not None and second.shadow.observation == '{"id": 2}'
+    assert json.loads(shadowed.to_line())["v"] == TRAJECTORY_VERSION == 2
+    with pytest.raises(ValueError, match="answered_by"):
+        a_call(answered_by="oracle")
