@@ -148,6 +148,7 @@ def import_world(tmp_path: Path, source: Path, *flags: str) -> tuple[int, Path]:
     return main(["import", "openapi", str(source), "-o", str(out), "--force", *flags]), out
 
 
+@pytest.mark.slow  # ~15 s: a 497 KB document imported, validated and served for 40 calls
 @pytest.mark.anyio
 async def test_star_trek_api_imports_and_serves_whole(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
