@@ -85,7 +85,8 @@ _SHARED = _SharedBackends()
 class Env:
     """One simulated world, driven in-process. Open with `Env.open`; close with `close()` or `async with`."""
 
-    def __init__(self, simulator: Simulator, lease: tuple[Any, ...]):
+    def __init__(self, simulator: Simulator, lease: tuple[Any, ...] | None):
+        # No lease: no model was opened (an answer cache in replay-only mode answers every call).
         self._simulator = simulator
         self._lease = lease
         self._closed = False
@@ -117,7 +118,7 @@ class Env:
         registry = setup.simulator.registry
         if not settings.resume:  # its own session id, so many envs can share one trajectory file
             registry.default_key = registry.new_key()
-        return cls(setup.simulator, leases[0])
+        return cls(setup.simulator, leases[0] if leases else None)
 
     # --- the world ----------------------------------------------------------------------------------------------
 
@@ -174,7 +175,8 @@ class Env:
         children = []
         for twin in twins:
             twin.registry.get().forked_from = point  # forked from this env, not from the snapshot
-            _SHARED.share(self._lease)
+            if self._lease is not None:
+                _SHARED.share(self._lease)
             children.append(Env(twin, self._lease))
         return children
 
@@ -182,7 +184,8 @@ class Env:
         if self._closed:
             return
         self._closed = True
-        await _SHARED.release(self._lease)
+        if self._lease is not None:
+            await _SHARED.release(self._lease)
 
     def _check_open(self) -> None:
         if self._closed:

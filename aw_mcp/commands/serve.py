@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     registry = setup.simulator.registry
     registry.idle_ttl_s = args.session_ttl if args.session_ttl > 0 else None
     registry.max_sessions = max(1, args.max_sessions)
-    if args.preflight:
+    if args.preflight and not (args.cache and args.cache_mode == "replay-only"):  # no model to reach
         # AW_API_KEY goes where calls send it: to a world file's own URL only with --trust-world-backend.
         context = preflight(setup.backend, getattr(args, "trust_world_backend", False))
         if context is not None and setup.backend.base_url is not None:

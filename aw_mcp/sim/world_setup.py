@@ -11,13 +11,14 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from aw_mcp.backends.answer_cache import CACHE_MODES, DEFAULT_CACHE_MAX_BYTES, AnswerStore, CachedWorldModel
 from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resolve_backend
 from aw_mcp.core.errors import UsageError
 from aw_mcp.core.settings import AwSettings, read_settings
 from aw_mcp.load.world import load_world
 from aw_mcp.prompt.fit import prompt_size_problems
-from aw_mcp.prompt.templates import PromptDir, prompt_dir
+from aw_mcp.prompt.templates import PromptDir, TemplateError, prompt_dir
 from aw_mcp.prompt.world_channel import channel
 from aw_mcp.sim.registry import ForkPointError, SessionRegistry
 from aw_mcp.sim.simulator import Simulator, params_from_settings
@@ -80,6 +81,26 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
         "--trust-world-backend",
         action="store_true",
         help="send AW_API_KEY to a model.base_url given by the world file (by default only to --base-url/AW_BASE_URL)",
+    )
+    group.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="answer cache: a call whose model, sampling and messages were answered before is answered from DIR "
+        "byte for byte (no model asked); a new one asks the model and is stored",
+    )
+    group.add_argument(
+        "--cache-mode",
+        choices=CACHE_MODES,
+        default="read-write",
+        help="with --cache: read-write (default) or replay-only: a miss is an error for that call and no model is "
+        "opened (CI without a GPU)",
+    )
+    group.add_argument(
+        "--cache-max-bytes",
+        type=int,
+        default=DEFAULT_CACHE_MAX_BYTES,
+        metavar="BYTES",
+        help="with --cache: the folder's bound; the least recently used answers go first (default 1 GiB)",
     )
     group.add_argument("--record", metavar="PATH", help="append one JSON line per call to this trajectory")
     group.add_argument("--resume", metavar="PATH", help="continue the session recorded in this trajectory")
@@ -184,6 +205,9 @@ class WorldOptions:
     max_tokens: int | None = None
     thinking: bool | None = None
     trust_world_backend: bool = False
+    cache: str | None = None
+    cache_mode: str = "read-write"
+    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     record: str | None = None
     resume: str | None = None
     at: int | None = None
@@ -274,6 +298,34 @@ def check_served_context(world: WorldSpec, context: int, server: str) -> None:
         )
 
 
+def _open_model(
+    args: WorldOptions | argparse.Namespace,
+    choice: BackendChoice,
+    world: WorldSpec,
+    open_model: Callable[[BackendChoice, WorldSpec], WorldModel] | None,
+) -> WorldModel:
+    """The chosen backend, behind the answer cache when --cache is given (replay-only opens no model at all)."""
+    cache, mode = getattr(args, "cache", None), getattr(args, "cache_mode", "read-write")
+    if mode not in CACHE_MODES:
+        raise UsageError(f"--cache-mode {mode!r}: expected one of {', '.join(CACHE_MODES)}")
+    if cache is None and mode != "read-write":
+        raise UsageError("--cache-mode replay-only needs --cache DIR: the folder of recorded answers")
+    inner: WorldModel | None = None
+    if cache is None or mode == "read-write":
+        if open_model is not None:
+            inner = open_model(choice, world)
+        else:
+            inner = open_backend(choice, world.model, world, getattr(args, "trust_world_backend", False))
+    if cache is None:
+        assert inner is not None
+        return inner
+    try:
+        store = AnswerStore(cache, getattr(args, "cache_max_bytes", DEFAULT_CACHE_MAX_BYTES))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--cache {cache}: {exc}") from None
+    return CachedWorldModel(inner, store, choice.model, mode)
+
+
 def setup_world(
     args: WorldOptions | argparse.Namespace,
     open_model: Callable[[BackendChoice, WorldSpec], WorldModel] | None = None,
@@ -284,6 +336,9 @@ def setup_world(
     world = apply_overrides(load_world(path), args)
     prompts = prompt_dir(getattr(args, "prompts", None), world.prompts, Path(path))
     template = prompts.load(world.domain)  # an unknown {slot} or a missing file stops us here, not at a call
+    too_big = [] if prompts.bundled else prompt_size_problems(world, template)
+    if too_big:  # every call would be refused: said now, as `validate` says it
+        raise TemplateError(f"{prompts.path(world.domain)}: {too_big[0][1]}")
     placed = None if prompts.bundled else channel(template, world.domain)
     if placed is not None:  # the official templates: the world goes where they have a channel for it
         log.info("%s has no slot for part of the world: it goes into %s", prompts.path(world.domain), placed)
@@ -315,9 +370,6 @@ def setup_world(
             registry.resume(args.resume, at=at)
         except ForkPointError as exc:
             raise UsageError(str(exc)) from None
-    if open_model is not None:
-        backend = open_model(choice, world)
-    else:
-        backend = open_backend(choice, world.model, world, getattr(args, "trust_world_backend", False))
+    backend = _open_model(args, choice, world, open_model)
     simulator = Simulator(world, backend, registry, params_from_settings(world.model), template=template)
     return WorldSetup(world, Path(path).read_text(encoding="utf-8"), simulator, prompts, choice)
