@@ -91,9 +91,14 @@ def prompt_issues(source: SpecSource, world: WorldSpec) -> list[SpecIssue]:
         return []
     line = source.locate(("prompts",))[0]
     try:
-        prompt_dir(None, world.prompts, Path(source.path)).load(world.domain)
+        prompts = prompt_dir(None, world.prompts, Path(source.path))
+        template = prompts.load(world.domain)
     except TemplateError as exc:
         message = str(exc).removeprefix(f"{source.path}: prompts: ")  # the issue names file and field itself
+        return [SpecIssue(source.path, line, "prompts", message)]
+    too_big = [] if prompts.bundled else prompt_size_problems(world, template)  # as serve checks it
+    if too_big:
+        message = f"with {prompts.path(world.domain)}: {too_big[0][1]}"
         return [SpecIssue(source.path, line, "prompts", message)]
     # A template without slots for the world still gets it (prompt/world_channel.py): nothing to warn about.
     return []

@@ -19,16 +19,16 @@ from aw_mcp.spec.world import WorldSpec
 FIRST_TURN_CHARS = 600  # a first call's action and framing, beside the system prompt, the screen and the task
 
 
-def prompt_size_problems(world: WorldSpec) -> list[tuple[PathKey, str]]:
-    """The world's own text (its system prompt with the bundled template: description, tools and examples,
-    facts, state; plus the first screen and task) must leave room for a call, or every call would be refused.
-    The tools count in the form the catalog takes at this context (prompt/catalog.py; compact: with the largest
-    tool whole). Named at its largest part."""
+def prompt_size_problems(world: WorldSpec, template: str | None = None) -> list[tuple[PathKey, str]]:
+    """The world's own text (its system prompt with the bundled template, or `template`, a `prompts:` folder's:
+    description, tools and examples, facts, state; plus the first screen and task) must leave room for a call, or
+    every call would be refused. The tools count in the form the catalog takes at this context
+    (prompt/catalog.py; compact: with the largest tool whole). Named at its largest part."""
     context = world.model.context_tokens or DEFAULT_CONTEXT_TOKENS
     budget = prompt_budget(context, world.model.token_budget)
-    form = catalog_form(world, None, budget)
+    form = catalog_form(world, template, budget)
     called = largest_tool(world) if form is CatalogForm.COMPACT else None
-    system = render_system_prompt(world, world.now or "2026-01-01T00:00:00Z", None, form, called)
+    system = render_system_prompt(world, world.now or "2026-01-01T00:00:00Z", template, form, called)
     chars = len(system) + len(world.screen or "") + len(world.task or "") + FIRST_TURN_CHARS
     needed = int(chars / CHARS_PER_TOKEN)
     if needed <= budget:
@@ -40,6 +40,7 @@ def prompt_size_problems(world: WorldSpec) -> list[tuple[PathKey, str]]:
         "state": len(render_state(world)),
         "screen": len(world.screen or ""),
         "task": len(world.task or ""),
+        "prompts": len(template or ""),  # the template's own text
     }
     largest = max(parts, key=lambda k: parts[k])
     where = "model.context_tokens" if world.model.context_tokens else "the default context"

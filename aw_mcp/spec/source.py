@@ -23,9 +23,10 @@ PathKey = tuple[str | int, ...]
 
 MAX_DEPTH = 64  # nested mappings/sequences; the bundled worlds use at most 13
 MAX_EXPANDED_NODES = 200_000  # nodes after expanding every alias; the bundled worlds have under 1,500
-# Text after expanding every alias (what the world model is sent, and what a session renders): 8M characters is
-# ~2.5M tokens, 20x the default context. Without it a 100 KB file rendered to 20 MB and a 1 MB one asked for 5 GB.
-MAX_EXPANDED_CHARS = 8_000_000
+# Text after expanding every alias (what the world model is sent, and what a session renders): 4M characters is
+# ~1.3M tokens, 10x the default context, and PyYAML renders it in about a second. Without it a 100 KB file rendered
+# to 20 MB (`validate` 32 s) and a 1 MB one asked for 5 GB.
+MAX_EXPANDED_CHARS = 4_000_000
 # The file itself, checked before parsing (PyYAML reads ~1 MB/s): the bundled worlds are under 50 KB.
 MAX_FILE_BYTES = 8 * 1024 * 1024
 # One text (a value or a key): 1M characters is ~330K tokens, past the default 131,072-token context on its own.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import REPO, SMALL_WORLD
 
@@ -229,6 +230,145 @@ def huge_scalar(rng: random.Random, text: str) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 34: what stalled the event loop or validated and then failed to serve
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _with_schema(text: str, schema: str, extra: str = "") -> str:
+    """The first tool's inputSchema replaced (its old one kept under an `x-` key)."""
+    if "inputSchema:" not in text:
+        return text
+    return text.replace("inputSchema:", f"inputSchema: {schema}\n{extra}    x-old:", 1)
+
+
+def ref_fan_out(rng: random.Random, text: str) -> str:
+    """`allOf`/`anyOf`/`oneOf` branches that point twice at the next `$defs` entry: 2^levels paths."""
+    levels = rng.choice([3, 12, 18, 40])
+    keyword = rng.choice(["anyOf", "allOf", "oneOf"])
+    defs = ", ".join(
+        f"d{i}: {{{keyword}: [{{$ref: '#/$defs/d{i + 1}'}}, {{$ref: '#/$defs/d{i + 1}'}}]}}"
+        for i in range(levels)
+    )
+    schema = f"{{type: object, $defs: {{{defs}, d{levels}: {{type: string}}}}, properties: {{p: {{$ref: '#/$defs/d0'}}}}}}"
+    example = rng.choice(
+        [
+            "",
+            "    examples: [{arguments: {p: x}, result: x}]\n",
+            "    examples: [{arguments: {p: 1}, result: x}]\n",
+        ]
+    )
+    return _with_schema(text, schema, example)
+
+
+def non_schema_ref(rng: random.Random, text: str) -> str:
+    """A `$ref` that resolves to something that is not a schema (a list, a string, a number)."""
+    target = rng.choice(
+        [
+            "'#/properties/a/enum'",
+            "'#/properties/a/enum/0'",
+            "'#/properties/a/type'",
+            "'#/required'",
+            "'#/$defs/l'",
+        ]
+    )
+    schema = f"{{type: object, $defs: {{l: [1, 2]}}, required: [a], properties: {{a: {{type: string, enum: [x, y]}}, b: {{$ref: {target}}}}}}}"
+    return _with_schema(text, schema)
+
+
+def costly_keywords(rng: random.Random, text: str) -> str:
+    """Keywords whose checks were quadratic, unbounded or overflowing: uniqueItems, format: regex, multipleOf."""
+    keyword = rng.choice(
+        [
+            "{type: array, uniqueItems: true}",
+            "{type: string, format: regex}",
+            "{multipleOf: 0.75}",
+            "{multipleOf: 1.0e-300}",
+            "{multipleOf: 1.0e+400}",
+            "{type: number, multipleOf: .inf}",
+            "{format: regex, pattern: '^(a+)+$'}",
+        ]
+    )
+    example = rng.choice(
+        [
+            "",
+            "    examples: [{arguments: {a: [1, 1.0]}, result: x}]\n",
+            "    examples: [{arguments: {a: .nan}, result: x}]\n",
+        ]
+    )
+    return _with_schema(text, f"{{type: object, properties: {{a: {keyword}}}}}", example)
+
+
+def big_aliases(rng: random.Random, text: str) -> str:
+    """A big text named many times: small on disk, megabytes (or gigabytes) once expanded."""
+    size = rng.choice([10_000, 100_000, 400_000])
+    uses = rng.choice([5, 40, 90, 300])
+    names = "".join(f"  k{i}: *big\n" for i in range(uses))
+    return text.replace("\nstate:", "\nstate_:", 1) + f"\nx-big: &big {'w' * size}\nstate:\n{names}"
+
+
+def latency_values(rng: random.Random, text: str) -> str:
+    """Waits a fault cannot take: infinite, NaN, past an hour, a lognormal whose tail overflows."""
+    fault = rng.choice(
+        [
+            "{kind: latency, fixed_ms: .inf}",
+            "{kind: latency, fixed_ms: .nan}",
+            "{kind: latency, fixed_ms: 1.0e+400}",
+            "{kind: latency, fixed_ms: 3600001}",
+            "{kind: latency, fixed_ms: 5}",
+            "{kind: latency, median_ms: 5, sigma: 10}",
+            "{kind: latency, median_ms: 5, sigma: 1.0e+28}",
+            "{kind: latency, median_ms: 1, sigma: 4}",
+            "{kind: latency, mean_ms: 1, stddev_ms: .inf}",
+            "{kind: hang, seconds: .inf}",
+            "{kind: hang, seconds: 1.0e+9}",
+            "{kind: error, timeout_s: .inf}",
+        ]
+    )
+    schedule = rng.choice(
+        ["", ", schedule: {mode: degrade, step: 1.0e+300}", ", schedule: {mode: degrade, step: .inf}"]
+    )
+    block = f"\nperturbations:\n  - {{name: slow, match: {{tool: '*'}}, fault: {fault}{schedule}}}\n"
+    return text.replace("\nperturbations:", "\nx-perturbations:", 1) + block
+
+
+PROMPT_FOLDERS = [
+    "prompts_ok",
+    "prompts_bad_slot",
+    "prompts_missing",
+    "prompts_big",
+    "/dev/null",
+    "no_such_dir",
+]
+
+
+def prompts_folder(rng: random.Random, text: str) -> str:
+    """A `prompts:` folder `serve` would refuse (or take): made by `write_case` beside the case."""
+    return text.replace("\nprompts:", "\nx-prompts:", 1) + f"\nprompts: {rng.choice(PROMPT_FOLDERS)}\n"
+
+
+def _prompt_folders(folder: Path) -> None:
+    """The folders `prompts_folder` names, once per fuzz folder: every domain's templates, or broken ones."""
+    if (folder / "prompts_ok").is_dir():
+        return
+    from aw_mcp.spec.bundled import prompts_dir
+
+    bundled = prompts_dir()
+    for name in ("prompts_ok", "prompts_bad_slot", "prompts_big", "prompts_missing"):
+        for domain in sorted(p.name for p in bundled.iterdir() if p.is_dir()):
+            target = folder / name / domain
+            target.mkdir(parents=True, exist_ok=True)
+            if name == "prompts_missing":
+                continue
+            for template in (bundled / domain).glob("*.txt"):
+                body = template.read_text()
+                if name == "prompts_bad_slot":
+                    body += "\n{no_such_slot}\n"
+                elif name == "prompts_big" and template.stem == "system_prompt":
+                    body += "\n{world_name} {facts} {initial_state}" + " filler {now}\n" * 80_000  # ~1.2 MB
+                (target / template.name).write_text(body)
+
+
 MUTATIONS: list[Mutation] = [
     replace_value,
     replace_value,
@@ -245,6 +385,12 @@ MUTATIONS: list[Mutation] = [
     explicit_tag,
     lone_surrogate,
     huge_scalar,
+    ref_fan_out,
+    non_schema_ref,
+    costly_keywords,
+    big_aliases,
+    latency_values,
+    prompts_folder,
 ]
 
 
@@ -260,6 +406,33 @@ def case(rng: random.Random) -> bytes:
 
 
 def write_case(rng: random.Random, folder: Path, n: int) -> Path:
+    _prompt_folders(folder)
     path = folder / f"case{n:05d}.yaml"
     path.write_bytes(case(rng))
     return path
+
+
+def hostile_arguments(rng: random.Random, schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments for a tool that hit the checks issue 34 bounded: non-finite and huge numbers, 4,000 distinct
+    objects, a 400 KB alternation, a regex that overflowed Python's parser, deep nesting, a megabyte of text."""
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    names = list(properties) or ["a"]
+    values: list[Any] = [
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        10**400,
+        [{"i": i} for i in range(4000)],
+        [{"i": i} for i in range(4000)] + [{"i": 7}],
+        "|".join(f"w{i}" for i in range(60_000)),
+        "a{4294967296}",
+        "(a)\\1",
+        {"a": [{"b": [{"c": [1]}]}]},
+        "x" * 1_000_000,
+        None,
+        {"$ref": "#"},
+    ]
+    out = {}
+    for name in rng.sample(names, min(len(names), rng.randint(1, 3))):
+        out[name] = rng.choice(values)
+    return out
