@@ -1,21 +1,22 @@
 """The tool catalog as the system prompt lists it, in the form that keeps the official layout best and still fits.
 
 The official templates list the tools as JSON in `{tool_definitions}`: the MCP tool objects, each standing alone,
-as a real server lists them (FULL). A real API's catalog can outgrow the context that way (the Star Trek API's
-120 tools: ~338,000 tokens; GitHub's 204 `repos` operations: ~753,000), because each tool repeats the component
-schemas it uses. Measured on both, the forms, best layout first:
+as a real server lists them. A real API's catalog outgrows the context that way, because each tool repeats the
+component schemas it uses. The forms, best layout first, measured on the Star Trek API (120 tools, 112 shared
+definitions) and on GitHub's `--tag repos` (204 tools, 122 definitions), in estimated tokens of the tool list:
 
-- FULL: every tool standing alone (its schemas carry the `$defs` they use). The trained layout exactly.
+- FULL: every tool standing alone (its schemas carry the `$defs` they use). The trained layout exactly: one JSON
+  list of complete tool objects. Star Trek ~338,000, GitHub repos ~1,018,000.
 - SHARED: every tool complete, its schemas referring to shared definitions (`$ref: "#/$defs/NAME"`) listed once
-  after the tools. Every tool's definition is still whole; only the definitions block is new. Star Trek ~127,000
-  tokens, GitHub repos ~340,000.
+  after the list. Every tool is still whole; the one departure is the definitions block. ~126,800 and ~366,400.
 - COMPACT: the called tool standing alone, every other as its name, the first paragraph of its description and
-  its argument names. The list keeps its shape and the called tool is whole, but the others lose their schemas,
-  and the system prompt then changes with the called tool. Star Trek ~10,000 tokens + the called tool (at most
-  ~8,800), GitHub repos ~22,500 + at most ~30,900.
+  its argument names. The list keeps its shape and the called tool is whole (1 of N complete), but the others lose
+  their schemas, and the system prompt then changes with the called tool (no prefix reuse across tools).
+  ~10,000 + the called tool (at most ~9,300) and ~22,500 + at most ~33,500.
 
 A world takes the first form whose system prompt uses at most half the prompt budget (the other half is the
-session's history); the choice is made once per world and context, so it does not change within a session.
+session's history): both APIs are COMPACT at the default context (98,304 prompt tokens). The choice is made once
+per world and context, so it does not change within a session.
 """
 
 from __future__ import annotations
