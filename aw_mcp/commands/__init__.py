@@ -7,6 +7,10 @@ none of them and `aw-mcp validate` never imports the MCP SDK.
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {  # name -> (module under aw_mcp.commands, one-line help)
     "serve": ("serve", "serve a world as an MCP server"),
+    "mirror": (
+        "mirror",
+        "serve a real MCP server through aw-mcp: record it, fault its answers, shadow-predict them",
+    ),
     "demo": (
         "demo",
         "see the product work offline in under a minute (scripted answers, a fault, the report)",

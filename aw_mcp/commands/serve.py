@@ -59,6 +59,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_world_flag(parser)
     add_backend_flags(parser)
     add_preset_flag(parser)
+    add_transport_flags(parser)
+    add_preflight_flag(parser)
+    parser.set_defaults(func=run)
+
+
+def add_preflight_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-preflight",
+        dest="preflight",
+        action="store_false",
+        help="do not check the backend before serving (for a model server that starts after this one)",
+    )
+
+
+def add_transport_flags(parser: argparse.ArgumentParser) -> None:
+    """How the server is reached and bounded (serve and mirror): stdio or HTTP, HTTP safety, sessions, scorecard."""
     parser.add_argument(
         "--transport",
         choices=("stdio", "http"),
@@ -68,12 +84,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=port_number, default=8765, help="HTTP port, 1-65535 (default 8765)")
-    parser.add_argument(
-        "--no-preflight",
-        dest="preflight",
-        action="store_false",
-        help="do not check the backend before serving (for a model server that starts after this one)",
-    )
     parser.add_argument(
         "--scorecard",
         metavar="PATH",
@@ -110,7 +120,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_MAX_SESSIONS,
         help=f"live world sessions at most; the least recently used idle one makes room (default {DEFAULT_MAX_SESSIONS})",
     )
-    parser.set_defaults(func=run)
 
 
 def terminal_hint(world: str, flags: Sequence[str] | None = None) -> str:
@@ -169,7 +178,8 @@ def scorecard_writer(registry: SessionRegistry, path: Path, label: str) -> Calla
     return write
 
 
-def run(args: argparse.Namespace) -> int:
+def http_options(args: argparse.Namespace) -> HttpOptions:
+    """The HTTP options of the command line, refused now (before anything loads) if they expose the server."""
     options = HttpOptions(
         host=args.host,
         port=args.port,
@@ -178,11 +188,20 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=args.allowed_host,
     )
     if args.transport == "http":
-        check_exposure(options)  # refuse before loading anything
-    setup = setup_world(args)
-    registry = setup.simulator.registry
+        check_exposure(options)
+    return options
+
+
+def bound_sessions(registry: SessionRegistry, args: argparse.Namespace) -> None:
     registry.idle_ttl_s = args.session_ttl if args.session_ttl > 0 else None
     registry.max_sessions = max(1, args.max_sessions)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = http_options(args)
+    setup = setup_world(args)
+    registry = setup.simulator.registry
+    bound_sessions(registry, args)
     if args.preflight and not (args.cache and args.cache_mode == "replay-only"):  # no model to reach
         # AW_API_KEY goes where calls send it: to a world file's own URL only with --trust-world-backend.
         context = preflight(setup.backend, getattr(args, "trust_world_backend", False))

@@ -21,6 +21,7 @@ class Generated:
     messages_hash: str | None = None  # the prompt's
     compacted: int = 0  # the earliest history turn the prompt showed
     notice: str | None = None  # the backend's own label for this answer (a demo answer for other arguments)
+    answered_by: str | None = None  # who produced it when not the world model (records.AnsweredBy)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class Answer:
         None  # (JSON-RPC code, message): answer with an error, not a result
     )
     generated: Generated | None = None  # None: the world model was not asked
+    # The MCP content blocks of an answer a real server gave (aw-mcp mirror), sent as they came while `text` is
+    # still theirs (a fault that changes the text sends the text instead): (the text they render, the blocks).
+    content: tuple[str, tuple[Any, ...]] | None = None
 
     @property
     def recorded_observation(self) -> str:

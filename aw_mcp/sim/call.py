@@ -21,7 +21,7 @@ from aw_mcp.sim.progress import Reporter
 from aw_mcp.sim.session import WorldSession
 from aw_mcp.spec.injections import InjectionSlot
 from aw_mcp.spec.world import ToolSpec
-from aw_mcp.trajectory.records import CallRecord, FaultEntry, utc_now
+from aw_mcp.trajectory.records import AnsweredBy, CallRecord, FaultEntry, utc_now
 
 CANCELLED = "cancelled by the client"
 
@@ -39,6 +39,7 @@ class Call:
     report: Reporter | None = None
     time: str = field(default_factory=utc_now)
     notice: str | None = None  # the backend's label for all its answers (the demo backend's)
+    answered_by: AnsweredBy = "model"  # who answers this call (an answer's own `generated.answered_by` wins)
     # what the faults read
     seed: int
     slots: Mapping[str, InjectionSlot]
@@ -83,4 +84,5 @@ class Call:
             notice=generated.notice or self.notice,
             compacted=generated.compacted,
             forked_from=self.session.forked_from,
+            answered_by=generated.answered_by or self.answered_by,  # type: ignore[arg-type]
         )

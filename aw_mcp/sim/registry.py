@@ -24,6 +24,7 @@ from aw_mcp.trajectory.records import (
     CallRecord,
     ForkPoint,
     ListingRecord,
+    ShadowRecord,
     TrajectoryLine,
     TrajectoryWriter,
     read_lines,
@@ -260,8 +261,8 @@ class SessionRegistry:
         count = 0
         last_session = None
         for record in read_lines(path):
-            if record.world not in (None, self.world.name):
-                continue
+            if record.world not in (None, self.world.name) or isinstance(record, ShadowRecord):
+                continue  # a shadow prediction is calibration's, never the session's history
             key = (record.session or DEFAULT_SESSION)[:MAX_SESSION_KEY_CHARS]
             self._keep(record)
             if isinstance(record, ListingRecord):

@@ -113,7 +113,9 @@ class CallOutcome:
     def result(self) -> types.CallToolResult:
         """The MCP result the agent gets (over MCP and through aw_mcp.Env alike): the observation, a line saying
         so when the answer is not the world model's (demo), structured content unless it is an error."""
-        content = [types.TextContent(type="text", text=self.text)]
+        content: list[Any] = [types.TextContent(type="text", text=self.text)]
+        if self.answer.content is not None and self.answer.content[0] == self.text:
+            content = list(self.answer.content[1])  # a real server's answer, unchanged by any fault
         if self.record.notice:
             content.append(types.TextContent(type="text", text=f"[{self.record.notice}]"))
         return types.CallToolResult(

@@ -198,10 +198,23 @@ class ListingRecord(_Line):
     tools: list[str] = Field(default_factory=list)
 
 
-TrajectoryLine = CallRecord | ListingRecord
-LINE_TYPES: dict[str, type[CallRecord] | type[ListingRecord]] = {
+class ShadowRecord(_Line):
+    """The shadow prediction of an earlier call line (version 2), written when the prediction ends: it runs off the
+    agent's path, so the call's own line is written first. Reading attaches it to that call (`CallRecord.shadow`)."""
+
+    type: Literal["shadow"] = "shadow"
+    world: str | None = None
+    session: str | None = None
+    index: int = 0
+    time: str = Field(default_factory=utc_now)
+    shadow: ShadowPrediction
+
+
+TrajectoryLine = CallRecord | ListingRecord | ShadowRecord
+LINE_TYPES: dict[str, type[CallRecord] | type[ListingRecord] | type[ShadowRecord]] = {
     "call": CallRecord,
     "tools_list": ListingRecord,
+    "shadow": ShadowRecord,
 }
 
 
@@ -234,10 +247,17 @@ class TrajectoryFormatError(UserError, ValueError):
 
 
 def read_trajectory(path: str | Path) -> Iterator[CallRecord]:
-    """The call records of a trajectory file, in order. Raises TrajectoryFormatError naming file and line."""
+    """The call records of a trajectory file, in order, each with its shadow prediction when a later line gave
+    one. Raises TrajectoryFormatError naming file and line."""
+    calls: list[CallRecord] = []
+    by_key: dict[tuple[str | None, int], CallRecord] = {}
     for line in read_lines(path):
         if isinstance(line, CallRecord):
-            yield line
+            calls.append(line)
+            by_key[(line.session, line.index)] = line
+        elif isinstance(line, ShadowRecord) and (line.session, line.index) in by_key:
+            by_key[(line.session, line.index)].shadow = line.shadow
+    yield from calls
 
 
 def read_lines(path: str | Path, warnings: list[str] | None = None) -> Iterator[TrajectoryLine]:
