@@ -301,6 +301,7 @@ def preflight(choice: BackendChoice, trust_world_backend: bool = False) -> int |
     """Raise PreflightError when the backend cannot answer calls. AW_API_KEY goes to the server only where calls
     send it too (`trust_world_backend`: as `--trust-world-backend`, for a URL from the world file). Returns the
     context a model server says it serves (the caller checks the world fits it), else None."""
+    choice = choice.answering()  # hybrid: its world model
     if choice.backend == "openai":
         assert choice.base_url is not None
         key = read_settings().api_key_value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.engine_extra import require_engine
@@ -33,6 +33,14 @@ class BackendChoice:
     # The base URL came from the world file, not the command line or AW_BASE_URL: it gets AW_API_KEY only when
     # the operator trusts the world (--trust-world-backend).
     base_url_from_world: bool = False
+    # hybrid: the world model answering what the recording (`replay_path`) does not: openai or local
+    model_backend: str | None = None
+
+    def answering(self) -> BackendChoice:
+        """The choice of the world model itself: for hybrid, the one behind its recording."""
+        if self.backend != "hybrid":
+            return self
+        return replace(self, backend=self.model_backend or "local", model_backend=None)
 
 
 def resolve_backend(
@@ -65,10 +73,20 @@ def resolve_backend(
         raise BackendConfigError(
             "the openai backend needs a server: pass --base-url http://HOST:PORT/v1 (or set AW_BASE_URL)"
         )
-    if chosen == "replay" and not replay_path:
-        raise BackendConfigError("the replay backend needs a recorded trajectory: pass --replay PATH.jsonl")
+    if chosen in ("replay", "hybrid") and not replay_path:
+        raise BackendConfigError(
+            f"the {chosen} backend needs a recorded trajectory: pass --replay PATH.jsonl"
+        )
     return BackendChoice(
-        chosen, model, base_url, replay_path, device, dtype, max_model_len, base_url_from_world=from_world
+        chosen,
+        model,
+        base_url,
+        replay_path,
+        device,
+        dtype,
+        max_model_len,
+        base_url_from_world=from_world,
+        model_backend=("openai" if base_url else "local") if chosen == "hybrid" else None,
     )
 
 
@@ -85,6 +103,16 @@ def open_backend(
     world: WorldSpec | None = None,
     trust_world_backend: bool = False,
 ) -> WorldModel:
+    if choice.backend == "hybrid":
+        from aw_mcp.backends.hybrid import HybridWorldModel
+
+        if world is None:
+            raise BackendConfigError(
+                "the hybrid backend reads the world's tool annotations: it needs a world"
+            )
+        assert choice.replay_path is not None
+        model = open_backend(choice.answering(), settings, world, trust_world_backend)
+        return HybridWorldModel(choice.replay_path, world, model)
     if choice.backend == "demo":
         if world is None:
             raise BackendConfigError(

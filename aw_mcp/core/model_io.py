@@ -64,6 +64,9 @@ class CallRef:
     tool: str
     arguments: dict[str, Any]
     index: int  # 0-based call index within the world session
+    # The session's earlier calls, (tool, arguments) in index order: the hybrid backend replays a recorded answer
+    # only after the same calls (backends/hybrid.py).
+    history: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from aw_mcp.core.errors import UserError
 from aw_mcp.core.strict_model import http_url
 
-Backend = Literal["openai", "local", "replay", "demo"]
+Backend = Literal["openai", "local", "replay", "demo", "hybrid"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 
 # huggingface_hub's own reading of its boolean variables (constants._is_true): anything else is false.

@@ -283,6 +283,9 @@ def text_summary(summary: Summary, card: Scorecard | None = None) -> str:
     notices = Counter(c.notice for c in summary.calls if c.notice)
     for notice, count in notices.items():  # answers that are not the world model's (the demo backend)
         lines.append(f"NOTE: {count} call(s): {notice}")
+    sources = Counter(c.answered_by for c in summary.calls if c.observation is not None)
+    if set(sources) - {"model"}:  # a hybrid, mirrored or cached run: how many answers came from where
+        lines.append("answered by: " + ", ".join(f"{who} {count}" for who, count in sources.most_common()))
     if n:
         lines.append(
             f"latency ms: p50 {percentile(lat, 0.5):.0f}, p95 {percentile(lat, 0.95):.0f}, max {max(lat):.0f}"

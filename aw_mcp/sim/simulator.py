@@ -21,7 +21,7 @@ import re
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import anyio.lowlevel
@@ -57,7 +57,7 @@ from aw_mcp.sim.registry import SessionRegistry
 from aw_mcp.sim.session import RecordingError, WorldSession
 from aw_mcp.spec.injections import BUILTIN_INJECTIONS
 from aw_mcp.spec.world import ModelSettings, ToolSpec, WorldSpec
-from aw_mcp.trajectory.records import CallRecord
+from aw_mcp.trajectory.records import AnsweredBy, CallRecord
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ _ERROR_TEXT = re.compile(
 # Answers larger than this are parsed and validated in a worker thread, so a big one never holds the event loop
 # (other sessions' requests and pings); smaller ones stay inline, where a thread hop would cost more than the work.
 INLINE_ANSWER_BYTES = 64 * 1024
+
+ANSWERED_BY: tuple[str, ...] = get_args(AnsweredBy)
 
 
 class UnknownToolError(UserError, LookupError):
@@ -118,10 +120,14 @@ class CallOutcome:
             content = list(self.answer.content[1])  # a real server's answer, unchanged by any fault
         if self.record.notice:
             content.append(types.TextContent(type="text", text=f"[{self.record.notice}]"))
+        generated = self.answer.generated
+        named = self.record.answered_by != "model" or (generated is not None and generated.answered_by)
         return types.CallToolResult(
             content=content,
             structured_content=self.structured if not self.is_error else None,
             is_error=self.is_error,
+            # where the answer came from, whenever anything but a plain world model answered (or was asked to say)
+            _meta={"answered_by": self.record.answered_by} if named else None,
         )
 
 
@@ -428,6 +434,11 @@ class Simulator:
 
     async def _attempts(self, call: Call, messages: list[dict[str, str]], tries: _Tries) -> Answer:
         tool, report = call.tool, call.report
+        history = tuple(  # the calls before this one, for a backend that answers by them (the hybrid)
+            (r.tool, r.arguments)
+            for r in sorted(call.session.records, key=lambda r: r.index)
+            if r.index < call.index
+        )
         done_tokens = 0
         problem = ""
         for attempt in range(self.output_retries + 1):
@@ -446,7 +457,7 @@ class Simulator:
 
             try:
                 generation: Generation = await self.backend.generate(
-                    messages, params, on_progress, CallRef(tool.name, call.arguments, call.index)
+                    messages, params, on_progress, CallRef(tool.name, call.arguments, call.index, history)
                 )
             except BackendError as exc:
                 return tries.failed(f"The world model could not answer this call: {exc}", str(exc))
@@ -515,8 +526,15 @@ class _Tries:
         # The backend labels this answer itself (a demo answer replayed for other arguments): the MCP result and
         # the trajectory say so.
         labelled = notice if isinstance(notice, str) and notice else self.generated.notice
+        # Who answered, when the backend says (the cache, the hybrid's recording or model): the record's
+        # `answered_by` and the result's `_meta` say it.
+        source = generation.extra.get("answered_by")
         self.generated = replace(
-            self.generated, raw=generation.text, reasoning=generation.reasoning or None, notice=labelled
+            self.generated,
+            raw=generation.text,
+            reasoning=generation.reasoning or None,
+            notice=labelled,
+            answered_by=source if source in ANSWERED_BY else None,
         )
 
     def failed(self, text: str, error: str) -> Answer:

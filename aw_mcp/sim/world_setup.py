@@ -13,8 +13,10 @@ from pydantic import ValidationError
 
 from aw_mcp.backends.answer_cache import CACHE_MODES, DEFAULT_CACHE_MAX_BYTES, AnswerStore, CachedWorldModel
 from aw_mcp.backends.contract import WorldModel
+from aw_mcp.backends.hybrid import HybridWorldModel
 from aw_mcp.backends.resolve import BACKENDS, BackendChoice, open_backend, resolve_backend
 from aw_mcp.core.errors import UsageError
+from aw_mcp.core.model_io import BackendError
 from aw_mcp.core.settings import AwSettings, read_settings
 from aw_mcp.load.world import load_world
 from aw_mcp.prompt.fit import prompt_size_problems
@@ -310,6 +312,24 @@ def _open_model(
         raise UsageError(f"--cache-mode {mode!r}: expected one of {', '.join(CACHE_MODES)}")
     if cache is None and mode != "read-write":
         raise UsageError("--cache-mode replay-only needs --cache DIR: the folder of recorded answers")
+    model = _cached_model(args, choice.answering(), world, open_model, cache, mode)
+    if choice.backend == "hybrid":  # the recording first, then the (cached) world model
+        assert choice.replay_path is not None
+        try:
+            return HybridWorldModel(choice.replay_path, world, model)
+        except BackendError as exc:
+            raise UsageError(f"--replay {choice.replay_path}: {exc}") from None
+    return model
+
+
+def _cached_model(
+    args: WorldOptions | argparse.Namespace,
+    choice: BackendChoice,
+    world: WorldSpec,
+    open_model: Callable[[BackendChoice, WorldSpec], WorldModel] | None,
+    cache: str | None,
+    mode: str,
+) -> WorldModel:
     inner: WorldModel | None = None
     if cache is None or mode == "read-write":
         if open_model is not None:
@@ -352,7 +372,7 @@ def setup_world(
         dtype=args.dtype,
         max_model_len=getattr(args, "max_model_len", None),
     )
-    if choice.backend == "local" and choice.max_model_len is not None:
+    if choice.answering().backend == "local" and choice.max_model_len is not None:
         world = fitted_to_context(world, choice.max_model_len)
     at = getattr(args, "at", None)
     if at is not None and not args.resume:
