@@ -11,6 +11,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {  # name -> (module under aw_mcp.comm
         "mirror",
         "serve a real MCP server through aw-mcp: record it, fault its answers, shadow-predict them",
     ),
+    "calibrate": (
+        "calibrate",
+        "how close the world model's shadow predictions came to the real answers (--json, --fail-on)",
+    ),
     "demo": (
         "demo",
         "see the product work offline in under a minute (scripted answers, a fault, the report)",
