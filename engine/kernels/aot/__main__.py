@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.kernels.aot", description=__doc__)
     parser.add_argument("--arch", type=int, nargs="+", default=list(ARCHS), help="compute capabilities")
     parser.add_argument("--format", nargs="+", default=list(FORMATS), choices=FORMATS, help="weight formats")
+    parser.add_argument(
+        "--scenario", default="", help="only the steps whose label holds this, e.g. 'prefill T2048'"
+    )
+    parser.add_argument("--kernel", nargs="+", default=[], help="only these, e.g. quant_matmul._gemm_kernel")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--cache", type=Path, default=_default_cache(), help="JSON store of compiled stats")
     parser.add_argument("--no-cache", action="store_true", help="read and write no cache (seeds still read)")
@@ -37,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     store = Store(None if args.no_cache else args.cache, args.seed)
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    result = run_check(args.arch, args.format, args.jobs, store, progress=say)
+    result = run_check(args.arch, args.format, args.jobs, store, say, args.scenario, args.kernel)
     if args.write_seed:
         write(args.write_seed, {k: v for k, v in result.stats.items() if not v.error})
     table = markdown(result)

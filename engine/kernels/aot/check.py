@@ -70,12 +70,18 @@ class CheckResult:
             for p in r.problems()
         ]
         found += [f"{m}.{n} is launched by the engine's code but by no scenario" for m, n in self.uncovered]
+        if not self.rows:
+            found.append("no kernel was launched by the chosen scenarios")
         return found
 
 
 def label(spec: KernelSpec) -> str:
-    """`package.kernel`, e.g. `quant_moe._gate_up_kernel` (two packages have a `_gate_up_kernel`)."""
-    return f"{spec.module.split('.')[-2]}.{spec.name}"
+    """The kernel's module under engine.kernels, less a trailing `triton`, and its name: `quant_moe._gate_up_kernel`
+    (quant_moe/triton.py), `quant_moe.pairs._gate_up_kernel` (quant_moe/pairs.py)."""
+    parts = spec.module.removeprefix("engine.kernels.").split(".")
+    if parts[-1] == "triton":
+        parts.pop()
+    return ".".join([*parts, spec.name])
 
 
 def shape(spec: KernelSpec) -> str:
@@ -92,12 +98,13 @@ def shape(spec: KernelSpec) -> str:
     return " ".join(parts)
 
 
-def _capture_task(fmt: str, arch: int) -> dict[KernelSpec, list[Occurrence]]:
+def _capture_task(fmt: str, arch: int, only: str) -> dict[KernelSpec, list[Occurrence]]:
     with triton_kernels(), capture(arch) as recording:
         steps = scenarios(fmt) if fmt != "ops" else op_scenarios()
         for step in steps:
-            with scenario(recording, f"{fmt} {step.label}", step.path):
-                step.run()
+            if only in step.label:
+                with scenario(recording, f"{fmt} {step.label}", step.path):
+                    step.run()
     return recording.launches
 
 
@@ -107,17 +114,23 @@ def run_check(
     jobs: int = 2,
     store: Store | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    scenarios_with: str = "",
+    kernels: Iterable[str] = (),
 ) -> CheckResult:
-    """Capture, compile what the store lacks (the results go into it), judge."""
+    """Capture, compile what the store lacks (the results go into it), judge. `scenarios_with`: only the steps
+    whose label holds it; `kernels`: only these (`package.kernel`, see `label`). Launch-site coverage is judged
+    on the whole matrix only."""
     store = store or Store(None)
-    formats = list(formats)
-    tasks = [(fmt, arch) for arch in archs for fmt in (*formats, "ops")]
+    formats, kernels = list(formats), set(kernels)
+    whole = set(FORMATS) <= set(formats) and not scenarios_with and not kernels
+    tasks = [(fmt, arch, scenarios_with) for arch in archs for fmt in (*formats, "ops")]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         launches: dict[KernelSpec, list[Occurrence]] = {}
         for found in pool.map(_capture_task, *zip(*tasks, strict=True)):
             for spec, occurrences in found.items():
-                launches.setdefault(spec, []).extend(occurrences)
+                if not kernels or label(spec) in kernels:
+                    launches.setdefault(spec, []).extend(occurrences)
         specs = list(launches)
         keys = {spec: cache_key(spec) for spec in specs}
         missing = [s for s in specs if store.get(keys[s]) is None]
@@ -131,6 +144,5 @@ def run_check(
     rows = [Row(s, store.get(keys[s]), launches[s]) for s in specs]
     rows.sort(key=lambda r: (-r.spec.arch, label(r.spec), shape(r.spec)))
     seen = {(s.module, s.name) for s in specs}
-    # A subset of formats reaches a subset of the kernels: coverage is judged on the whole set only.
-    uncovered = sorted(launch_sites() - seen) if set(FORMATS) <= set(formats) else []
+    uncovered = sorted(launch_sites() - seen) if whole else []
     return CheckResult(rows, uncovered, len(missing), {keys[s]: store.get(keys[s]) for s in specs})

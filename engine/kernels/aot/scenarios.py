@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 
@@ -27,10 +28,10 @@ from engine.config import FULL_ATTENTION, LINEAR_ATTENTION, Config
 from engine.forward_batch import ForwardBatch
 from engine.gguf.loader import build_gguf_model
 from engine.gguf.reader import GGUFCheckpoint, GGUFTensor
+from engine.gguf.tensor_table import q4_k_m_table
 from engine.kernels import fused_recurrent_gated_delta_rule
 from engine.loader import meta_model
 from engine.quant.formats import FLOAT_TYPES, GGMLType, row_bytes
-from engine.testing.quant_recipe import q4_k_m_table
 
 META = torch.device("meta")
 HOST = torch.device("cpu")
@@ -69,8 +70,11 @@ def _meta_checkpoint(config: Config, kind: GGMLType | None) -> GGUFCheckpoint:
     return GGUFCheckpoint([], {"general.architecture": "qwen35moe"}, tensors)
 
 
-def build_model(fmt: str, config: Config) -> torch.nn.Module:
-    """The model of weight format `fmt` (one of FORMATS) on the meta device, fused as the engine runs it."""
+@cache
+def build_model(fmt: str) -> torch.nn.Module:
+    """The model of weight format `fmt` (one of FORMATS) on the meta device, fused as the engine runs it (built
+    once per process: it holds no memory, and each card's capture steps it again)."""
+    config = real_config()
     if fmt == "bf16":
         model = meta_model(config, DTYPE)
         model.requires_grad_(False).fuse_weights()
@@ -128,7 +132,7 @@ def _prefill_steps(model: torch.nn.Module, cache: Cache, context: int) -> Iterat
 def scenarios(fmt: str) -> Iterator[Scenario]:
     """Every step of format `fmt`'s model."""
     config = real_config()
-    model = build_model(fmt, config)
+    model = build_model(fmt)
     for context in CONTEXTS:
         cache = Cache(config, MAX_DECODE_BATCH, context, DTYPE, META)
         yield from _decode_steps(model, cache, context)
