@@ -1,13 +1,18 @@
-"""Kernel launches per decode step, counted on a CPU: the figure that bounds batch-1 decode on a GPU.
+"""Kernel launches per decode step at the released model's real widths, counted on a CPU without running a kernel.
 
-A batch-1 decode step of a 3B-active MoE moves about 6 GB, 1.4 ms on an H200; replayed from a CUDA graph, each
-kernel still costs a few microseconds, so a step of 2,000 tiny kernels cannot beat ~5 ms whatever the bytes. This
-counts what the capture-safe step (`model.decode_step`, the one `DecodeGraphRunner` captures) would launch on a
-GPU, for the released layer pattern (40 layers, attention every 4th, 256 experts top-8) at toy widths: the count
-does not depend on the widths. Triton launches are counted as they run (the Triton dispatch is forced, under
-the interpreter); torch kernels are the profiler's compute ops, each counted once (not its internal calls).
+A batch-1 decode step of a 3B-active MoE moves about 6 GB (bf16), 1.4 ms on an H200; replayed from a CUDA graph,
+each kernel still costs a few microseconds, so a step of 1,000 small kernels cannot beat ~3 ms whatever the bytes.
+This counts what the capture-safe step (`model.decode_step`, the one `DecodeGraphRunner` captures) launches on a
+GPU, for the released Qwen3.5-35B-A3B config (40 layers, attention every 4th, 256 experts top-8, hidden 2048,
+vocabulary 248,320), in bf16 and as a Q4_K_M GGUF (llama.cpp's type recipe, `engine/testing/quant_recipe.py`,
+through the same `build_gguf_model` a file goes through).
 
-    .venv/bin/python bench/decode_launches.py [--batch 1 32] [--top 12]   # about 3 minutes (interpreter)
+Everything lives on the `meta` device (the models of the ahead-of-time compile check, `engine/kernels/aot`):
+tensors have shapes but no memory, so the real widths cost nothing and the wrappers take their GPU paths (a meta
+tensor is not a CPU one) with their real-width launch choices (split-K, block sizes). Triton launches are counted where `kernel[grid](...)` lands (`JITFunction.run`, not run); torch
+kernels are the profiler's compute ops, each counted once (not the ops it calls inside).
+
+    .venv/bin/python bench/decode_launches.py [--model bf16 gguf] [--batch 1 32] [--top 12]   # ~30 s
 """
 
 from __future__ import annotations
@@ -18,14 +23,13 @@ import os
 import sys
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"  # before the first triton import: kernels are decorated at import time
-os.environ["AW_KERNELS"] = "triton"
+os.environ["AW_KERNELS"] = "triton"  # meta tensors are not CUDA ones: force the Triton paths a GPU takes
+os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
-
-TRITON_RUN = "triton kernel (interpreted)"
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
 
 # aten ops that launch a kernel of their own on a GPU (views, allocations and composites that only call others are
 # left out; a compute op called from inside another one is not counted again).
@@ -39,82 +43,91 @@ LAUNCHING = {
     "aten::pow", "aten::div_", "aten::mul_", "aten::add_", "aten::sub_", "aten::masked_fill_", "aten::where",
     "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::reciprocal", "aten::logical_and", "aten::amax",
     "aten::gather", "aten::scatter_", "aten::index_add_", "aten::_fused_rms_norm", "aten::bitwise_and",
+    "aten::bincount", "aten::ones_like", "aten::zeros_like", "aten::full", "aten::remainder", "aten::floor_divide",
 }  # fmt: skip
 
 
-def count_step(model, cache, batch: int) -> tuple[collections.Counter, collections.Counter]:
-    from triton.runtime.interpreter import InterpretedFunction
-
+def count_step(model: torch.nn.Module, cache, batch: int) -> tuple[collections.Counter, collections.Counter]:
+    """(torch kernels, Triton launches) of one decode step of `batch` sequences."""
     triton_launches: collections.Counter = collections.Counter()
-    launch = InterpretedFunction.__getitem__
+    launch = JITFunction.run
 
-    def counted(self, grid):
+    def counted(self, *args, grid, warmup, **kwargs):  # noqa: ARG001
         triton_launches[self.fn.__name__] += 1
-        runner = launch(self, grid)
 
-        def run(*args, **kwargs):
-            with record_function(TRITON_RUN):  # the interpreter's own torch ops inside are not kernels
-                return runner(*args, **kwargs)
-
-        return run
-
-    ids = torch.full((batch,), 7)
-    positions = torch.full((batch,), 5)
-    slots = torch.arange(batch)
-    InterpretedFunction.__getitem__ = counted
+    device = torch.device("meta")
+    ids = torch.full((batch,), 7, device=device)
+    positions = torch.full((batch,), 5, device=device)
+    slots = torch.arange(batch, device=device)
+    JITFunction.run = counted  # type: ignore[method-assign]
     try:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             model.decode_step(ids, positions, slots, cache)
     finally:
-        InterpretedFunction.__getitem__ = launch
+        JITFunction.run = launch  # type: ignore[method-assign]
     torch_kernels: collections.Counter = collections.Counter()
     for event in prof.events():
         if event.name not in LAUNCHING:
             continue
         parent = event.cpu_parent
-        while parent is not None and parent.name not in LAUNCHING and parent.name != TRITON_RUN:
+        while parent is not None and parent.name not in LAUNCHING:
             parent = parent.cpu_parent
         if parent is None:
             torch_kernels[event.name] += 1
     return torch_kernels, triton_launches
 
 
+def meta_model_of(which: str, config) -> torch.nn.Module:
+    """The bf16 model as `engine.loader` builds it, or the Q4_K_M one from the compile check's meta checkpoint,
+    both on the meta device and fused as the engine runs them."""
+    from engine.gguf.loader import build_gguf_model
+    from engine.kernels.aot.scenarios import _meta_checkpoint
+    from engine.loader import meta_model
+
+    meta = torch.device("meta")
+    if which == "bf16":
+        model = meta_model(config, torch.bfloat16)
+        model.requires_grad_(False).fuse_weights()
+        return model.eval()
+    model, _ = build_gguf_model(_meta_checkpoint(config, None), config, meta, torch.bfloat16, progress=False)
+    return model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", nargs="+", choices=["bf16", "gguf"], default=["bf16", "gguf"])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--top", type=int, default=12, help="torch ops listed per batch size")
+    parser.add_argument("--context", type=int, default=2048, help="cache length per sequence")
+    parser.add_argument("--top", type=int, default=12, help="torch ops listed per row")
     args = parser.parse_args()
 
     from engine.cache import Cache
     from engine.config import Config
-    from engine.models.qwen3_5_moe import Qwen3_5MoeForCausalLM
 
-    config = Config(
-        vocab_size=512, hidden_size=64, num_hidden_layers=40, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=32, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
-        linear_num_value_heads=4, num_experts=256, num_experts_per_tok=8, moe_intermediate_size=16,
-        shared_expert_intermediate_size=16,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = Qwen3_5MoeForCausalLM(config)
-    for param in model.parameters():
-        torch.nn.init.normal_(param, std=0.02)
-    model.requires_grad_(False).fuse_weights()
-    model.eval()
-    layers = config.num_hidden_layers
-    for batch in args.batch:
-        cache = Cache(config, num_slots=batch, max_len=16, dtype=torch.float32, device=torch.device("cpu"))
-        torch_kernels, triton_launches = count_step(model, cache, batch)
-        total = sum(torch_kernels.values()) + sum(triton_launches.values())
-        print(
-            f"\nbatch {batch}: {total} launches per decode step ({total / layers:.1f} per layer): "
-            f"{sum(torch_kernels.values())} torch kernels, {sum(triton_launches.values())} Triton"
-        )
-        print("  Triton: " + ", ".join(f"{n} {c}" for n, c in triton_launches.most_common()))
-        print(
-            "  torch:  "
-            + ", ".join(f"{n.removeprefix('aten::')} {c}" for n, c in torch_kernels.most_common(args.top))
-        )
+    config = Config()  # the released text config, all 40 layers
+    names = {"bf16": "bf16", "gguf": "GGUF Q4_K_M"}
+    for which in args.model:
+        model = meta_model_of(which, config)
+        for batch in args.batch:
+            cache = Cache(
+                config,
+                num_slots=batch,
+                max_len=args.context,
+                dtype=torch.bfloat16,
+                device=torch.device("meta"),
+            )
+            torch_kernels, triton_launches = count_step(model, cache, batch)
+            n_torch, n_triton = sum(torch_kernels.values()), sum(triton_launches.values())
+            total = n_torch + n_triton
+            print(
+                f"\n{names[which]} batch {batch}: {total} launches per decode step "
+                f"({total / config.num_hidden_layers:.1f} per layer): {n_torch} torch kernels, {n_triton} Triton"
+            )
+            print("  Triton: " + ", ".join(f"{n} {c}" for n, c in triton_launches.most_common()))
+            print(
+                "  torch:  "
+                + ", ".join(f"{n.removeprefix('aten::')} {c}" for n, c in torch_kernels.most_common(args.top))
+            )
 
 
 if __name__ == "__main__":

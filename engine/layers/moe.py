@@ -11,7 +11,7 @@ from engine.kernels import fused_moe, router_topk
 from engine.kernels.fused_moe.gathered import MoeFn
 from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
-from engine.quant.weight import QuantizedExperts, QuantizedWeight
+from engine.quant.weight import QuantizedExperts, QuantizedWeight, QuantTensor, replace_parameter
 
 
 class Experts(nn.Module):
@@ -50,12 +50,17 @@ class SparseMoeBlock(nn.Module):
         # last expert is the shared one, so it runs as one more (token, expert) pair in the same kernels.
         self.gate_up_with_shared: torch.Tensor | None = None
         self.down_with_shared: torch.Tensor | None = None
+        # GGUF experts on a GPU: the shared expert is the last of `experts.quantized` (`fold_shared_expert`).
+        self.shared_folded = False
 
     def fuse_weights(self) -> None:
         """One GEMM for everything that reads the block's input, and the shared expert folded into the experts
         when sizes allow: its gate logit becomes the weight of a (k + 1)-th pair (`router_topk(shared_gate=)`).
         Every parameter becomes a view of the fused tensors, so names and in-place edits keep working."""
         shared, experts = self.shared_expert, self.experts
+        quantized = experts.quantized
+        if quantized is not None and quantized.gate.data.device.type != "cpu" and self.fold_shared_expert():
+            return
         if experts.quantized is not None or shared.gate_proj.weight.shape[0] != experts.down_proj.shape[-1]:
             self.fused_input_proj = fuse_linear_weights(
                 self.gate, shared.gate_proj, shared.up_proj, self.shared_expert_gate
@@ -73,12 +78,26 @@ class SparseMoeBlock(nn.Module):
         shared.down_proj.weight = nn.Parameter(down[n], requires_grad=False)
         self.gate_up_with_shared, self.down_with_shared = gate_up, down
 
+    def fold_shared_expert(self) -> bool:
+        """GGUF experts: append the shared expert to the stacks when its types and sizes are theirs (see
+        `stacks_with_shared_expert`); the input projection becomes [router | shared expert gate]. False if it
+        cannot."""
+        folded = stacks_with_shared_expert(self.experts.quantized, self.shared_expert)
+        if folded is None:
+            return False
+        self.fused_input_proj = fuse_linear_weights(self.gate, self.shared_expert_gate)
+        self.experts.quantized = folded
+        self.shared_folded = True
+        return True
+
     def moe_weights(self) -> tuple:
         """What `moe` reads, in its argument order (after the input)."""
         input_proj = require_fused(self.fused_input_proj, self)
         if self.gate_up_with_shared is not None:
             return input_proj, self.gate_up_with_shared, self.down_with_shared, None
         experts = self.experts
+        if self.shared_folded:
+            return input_proj, experts.quantized, None, None
         shared_down = self.shared_expert.down_proj.weight
         if experts.quantized is not None:
             return input_proj, experts.quantized, None, shared_down
@@ -89,6 +108,33 @@ class SparseMoeBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return moe(x, *self.moe_weights(), *self.moe_dims(), experts=fused_moe)
+
+
+def stacks_with_shared_expert(experts: QuantizedExperts, shared: SharedExpert) -> QuantizedExperts | None:
+    """GGUF experts with a shared expert of their types and sizes: the stacks with it appended as expert E (one
+    copy of each stack at load), so decode runs it as one more pair in the same two launches instead of about ten
+    launches of its own; its projections become views of the new stacks. None if the types differ.
+    `fuse_weights` folds off the CPU only (a GPU, or the meta device the launch counts and compile checks model
+    it with): on a CPU the stacks stay the memory-mapped file (a copy would be resident) and the experts run in a
+    loop anyway."""
+    parts = (shared.gate_proj, shared.up_proj, shared.down_proj)
+    stacks = (experts.gate, experts.up, experts.down)
+    for linear_, stack in zip(parts, stacks, strict=True):
+        weight = linear_.weight
+        if not isinstance(weight, QuantizedWeight) or len(weight.parts) != 1 or weight.in_perm is not None:
+            return None
+        part = weight.parts[0]
+        if (part.kind, part.cols, part.data.shape) != (stack.kind, stack.cols, stack.data.shape[1:]):
+            return None
+    folded = []
+    for linear_, stack in zip(parts, stacks, strict=True):
+        weight = linear_.weight
+        data = torch.cat([stack.data, weight.parts[0].data[None]])
+        folded.append(QuantTensor(data, stack.kind, stack.cols))
+        replace_parameter(
+            linear_, "weight", QuantizedWeight([QuantTensor(data[-1], stack.kind, stack.cols)], weight.dtype)
+        )
+    return QuantizedExperts(*folded)
 
 
 def moe(
@@ -106,18 +152,22 @@ def moe(
     `gathered_moe` inside a compiled decode graph). With `shared_down` None, `input_proj` is [router | shared
     expert gate] and the shared expert is expert `num_experts` of gate_up/down; else `input_proj` is [router |
     shared gate | shared up | shared expert gate] and the shared expert runs apart."""
-    # The reference rounds the routing weights to the model dtype before mixing the experts.
+    # The reference rounds the routing weights to the model dtype before mixing the experts; every experts
+    # function does that rounding itself (the Triton kernels as they load them), so fp32 weights go in: no
+    # conversion launch per layer.
     if shared_down is None:
         router_logits, shared_gate = linear(x, input_proj).split([num_experts, 1], dim=-1)
         weights, ids = router_topk(router_logits, top_k, shared_gate)
-        return experts(x, gate_up, down, weights.to(x.dtype), ids)
+        if isinstance(gate_up, QuantizedExperts):
+            return gate_up(x, weights, ids)
+        return experts(x, gate_up, down, weights, ids)
     router_logits, gate, up, shared_gate = linear(x, input_proj).split(
         [num_experts, shared_inter, shared_inter, 1], dim=-1
     )
     shared = linear(F.silu(gate) * up, shared_down)
     weights, ids = router_topk(router_logits, top_k)
     if isinstance(gate_up, QuantizedExperts):
-        routed = gate_up(x, weights.to(x.dtype), ids)
+        routed = gate_up(x, weights, ids)
     else:
-        routed = experts(x, gate_up, down, weights.to(x.dtype), ids)
+        routed = experts(x, gate_up, down, weights, ids)
     return routed + torch.sigmoid(shared_gate) * shared

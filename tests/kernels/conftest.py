@@ -17,6 +17,11 @@ import torch
 from tests.conftest import triton_interpret_env
 
 KERNEL_MODULES = [
+    # the packed GEMV first: the MoE and matmul modules after it import its jit helpers
+    "engine.kernels.quant_matmul.packed",
+    "engine.kernels.quant_matmul.gemv",
+    "engine.kernels.quant_moe.pairs",
+    "engine.kernels.moe_align.triton",
     "engine.kernels.rms_norm.triton",
     "engine.kernels.gated_rms_norm.triton",
     "engine.kernels.router_topk.triton",

@@ -1,4 +1,5 @@
-"""Sorted-token grouped-GEMM MoE: Triton (interpreted) vs the torch reference, and the align step's invariants."""
+"""Sorted-token grouped-GEMM MoE and the decode pair path: Triton (interpreted) vs the torch reference (the align
+step has its own tests: test_moe_align.py)."""
 
 from __future__ import annotations
 
@@ -77,23 +78,3 @@ def test_fused_moe_all_tokens_on_the_same_experts(k: int) -> None:
     _check(
         x, *_experts(n_experts, hidden, inter, torch.float32), weights / weights.sum(-1, keepdim=True), ids
     )
-
-
-@pytest.mark.parametrize(
-    ("tokens", "n_experts", "k", "block"), [(1, 8, 2, 16), (13, 6, 3, 4), (50, 5, 2, 16)]
-)
-def test_align_pairs_to_blocks(tokens: int, n_experts: int, k: int, block: int) -> None:
-    _, ids = _random_routing(tokens, n_experts, k)
-    sorted_pairs, block_expert, padded_len = triton.align_pairs_to_blocks(ids, n_experts, block)
-    used = int(padded_len.item())
-    flat = ids.reshape(-1)
-    pairs = sorted_pairs[:used].long()
-    real = pairs < flat.numel()
-    # Every pair appears exactly once; padding (the sentinel) fills the rest.
-    assert torch.equal(pairs[real].sort().values, torch.arange(flat.numel()))
-    assert (sorted_pairs[used:] == flat.numel()).all()
-    counts = torch.bincount(flat, minlength=n_experts)
-    assert used == int(((counts + block - 1) // block * block).sum())
-    # Every real pair in block b belongs to block_expert[b].
-    owner = block_expert.long().repeat_interleave(block)[:used]
-    assert torch.equal(flat[pairs[real]], owner[real])

@@ -1,5 +1,6 @@
-"""`x @ W.T` with W in GGUF blocks: the chunked torch reference against gguf-dequantized weights, and both Triton
-paths (GEMV for decode, tl.dot GEMM for prefill; interpreted) against the reference."""
+"""`x @ W.T` with W in GGUF blocks: the chunked torch reference against gguf-dequantized weights, the tl.dot GEMM
+(prefill; interpreted) against the reference, and the dispatch between it and the decode GEMV (whose own tests
+are in test_packed_gemv.py)."""
 
 from __future__ import annotations
 
@@ -34,18 +35,6 @@ def test_reference_matches_gguf_weights(kind: GGMLType, monkeypatch: pytest.Monk
     assert_close(reference.quant_matmul(x, blocks, kind, 512), expected, RATIO[torch.float32], "chunked")
     monkeypatch.setattr(reference, "CHUNK_WEIGHTS", 1 << 20)
     assert_close(reference.quant_matmul(x, blocks, kind, 512), expected, RATIO[torch.float32], "one chunk")
-
-
-@pytest.mark.parametrize("kind", QUANTIZED, ids=lambda k: k.name)
-@pytest.mark.parametrize("tokens", [1, 3])
-def test_gemv_matches_reference(kind: GGMLType, tokens: int) -> None:
-    blocks = _weight(kind, 512, seed=tokens)
-    for dtype in (torch.float32, torch.bfloat16):
-        x = torch.randn(tokens, 512).to(dtype)
-        expected = reference.quant_matmul(x, blocks, kind, 512)
-        for splits in (1, 2):  # whole rows, and split-K partial sums
-            out = triton.quant_gemv(x, blocks, kind, 512, splits=splits)
-            assert_close(out, expected, RATIO[dtype], f"{kind.name} gemv T={tokens} {dtype} splits={splits}")
 
 
 @pytest.mark.parametrize("kind", QUANTIZED, ids=lambda k: k.name)
@@ -100,10 +89,3 @@ def test_quant_matmul_picks_gemv_for_decode_sizes(monkeypatch: pytest.MonkeyPatc
         out = triton.quant_matmul(torch.randn(tokens, 64), blocks, GGMLType.Q8_0, 64)
         assert out.shape == (tokens, ROWS)
     assert picked == ["quant_gemv", "quant_gemv", "quant_gemm"]
-
-
-def test_gemv_splits_fill_the_grid_within_bounds() -> None:
-    assert triton.gemv_splits(num_programs=1024, num_blocks=8, block_cols=256) == 1
-    assert triton.gemv_splits(num_programs=64, num_blocks=8, block_cols=256) == 2  # K=2048: 1024 columns each
-    assert triton.gemv_splits(num_programs=16, num_blocks=64, block_cols=32) == 2
-    assert triton.gemv_splits(num_programs=8, num_blocks=64, block_cols=256) == 16

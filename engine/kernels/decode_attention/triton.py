@@ -1,10 +1,13 @@
 """Decode attention in Triton, split-K (flash-decoding): no copy of the cache, no mask tensor, two launches.
 
-Pass 1, one program per (sequence, KV head, split of the cache length): the group of query heads that share the
-KV head (GQA) as one [G, D] tile, an online softmax over the split's keys up to the sequence's position, read in
-place from its cache slot; blocks past the position are skipped. It writes the split's running max, sum and
-unnormalised output. Pass 2, one program per (sequence, query head), merges the splits. The grid depends on the
-cache length only, never on positions, so a CUDA graph replays it for any lengths.
+Pass 1, one program per (sequence, KV head, split): the group of query heads that share the KV head (GQA) as one
+[G, D] tile, an online softmax over the split's keys, read in place from its cache slot. The splits divide each
+sequence's own context (positions 0 .. pos), not the cache's capacity: split i of SPLITS takes keys
+[i * len, (i + 1) * len) with len = ceil(ceil((pos + 1) / SPLITS) / BLOCK_N) * BLOCK_N, so a 2k-token context in
+a 32k cache keeps all its splits busy instead of four of sixty-four. It writes the split's running max, sum and
+unnormalised output (a split past the context writes an empty one). Pass 2, one program per (sequence, query
+head), merges the splits. SPLITS comes from the batch and head counts (enough programs to fill the GPU) and, in
+eager mode, the host-known span; never from positions, so a CUDA graph replays the same grid for any lengths.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from engine import settings
 
 # The interpreter multiplies bf16 bit patterns in tl.dot (silently wrong): there the operands go in as fp32.
 _INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
+# Split each sequence's context until the pass-1 grid has about this many programs (two per SM on an H200's 132).
+TARGET_PROGRAMS = 256
+MAX_SPLITS = 64
 
 
 @triton.jit
@@ -38,7 +44,6 @@ def _split_kernel(
     KV: tl.constexpr,
     D: tl.constexpr,
     SPLITS: tl.constexpr,
-    SPLIT_LEN: tl.constexpr,
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -65,24 +70,25 @@ def _split_kernel(
     l_sum = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
     base = slot * cache_stride_slot + kvh.to(tl.int64) * length * D
-    start = split * SPLIT_LEN
-    for n0 in range(start, start + SPLIT_LEN, BLOCK_N):
-        if n0 <= pos:
-            nn = n0 + tl.arange(0, BLOCK_N)
-            n_ok = (nn <= pos) & (nn < length)
-            kv_mask = n_ok[:, None] & d_ok[None, :]
-            k = tl.load(k_ptr + base + nn[:, None].to(tl.int64) * D + dd[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(v_ptr + base + nn[:, None].to(tl.int64) * D + dd[None, :], mask=kv_mask, other=0.0)
-            if UPCAST:
-                k, v = k.to(tl.float32), v.to(tl.float32)
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
-            s = tl.where(n_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            p = tl.exp(s - m_new[:, None])
-            alpha = tl.exp(m - m_new)
-            l_sum = l_sum * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
-            m = m_new
+    context = tl.minimum(pos + 1, length)
+    split_len = tl.cdiv(tl.cdiv(context, SPLITS), BLOCK_N) * BLOCK_N
+    start = split * split_len
+    for n0 in range(start, tl.minimum(start + split_len, context), BLOCK_N):
+        nn = n0 + tl.arange(0, BLOCK_N)
+        n_ok = nn < context
+        kv_mask = n_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_ptr + base + nn[:, None].to(tl.int64) * D + dd[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + base + nn[:, None].to(tl.int64) * D + dd[None, :], mask=kv_mask, other=0.0)
+        if UPCAST:
+            k, v = k.to(tl.float32), v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        s = tl.where(n_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        l_sum = l_sum * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+        m = m_new
     part = (b * H + heads) * SPLITS + split
     tl.store(part_o_ptr + part[:, None] * D + dd[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
     tl.store(part_m_ptr + part, m, mask=g_ok)
@@ -119,6 +125,13 @@ def _merge_kernel(
     tl.store(o_ptr + (b * H + h) * D + dd, o.to(o_ptr.dtype.element_ty), mask=d_ok)
 
 
+def split_count(programs: int, span: int, block_n: int) -> int:
+    """Splits per (sequence, KV head): a power of two filling TARGET_PROGRAMS programs, at most one per block of
+    keys the longest sequence can have."""
+    wanted = triton.next_power_of_2(max(1, TARGET_PROGRAMS // programs))
+    return max(1, min(wanted, MAX_SPLITS, triton.cdiv(span, block_n)))
+
+
 def decode_attention(
     q: torch.Tensor,
     keys: torch.Tensor,
@@ -127,7 +140,8 @@ def decode_attention(
     positions: torch.Tensor,
     span: int | None = None,
 ) -> torch.Tensor:
-    """Same contract as `reference.decode_attention` (`span` is not needed: positions bound the reads)."""
+    """Same contract as `reference.decode_attention`; `span` (every position below it, known in eager mode) caps the
+    splits at one block of keys each."""
     batch, heads, dim = q.shape
     _, kv_heads, length, _ = keys.shape
     if heads % kv_heads:
@@ -138,8 +152,7 @@ def decode_attention(
     if not batch:
         return o
     block_n = 16 if _INTERPRETING else 64
-    splits = min(64, triton.cdiv(length, block_n))
-    split_len = triton.cdiv(triton.cdiv(length, splits), block_n) * block_n
+    splits = split_count(batch * kv_heads, length if span is None else min(span, length), block_n)
     part_o = torch.empty(batch, heads, splits, dim, dtype=torch.float32, device=q.device)
     part_m = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
     part_l = torch.empty_like(part_m)
@@ -147,7 +160,7 @@ def decode_attention(
     _split_kernel[(batch, kv_heads, splits)](
         q, keys, values, slot_ids.contiguous(), positions.contiguous(), part_o, part_m, part_l, dim**-0.5,
         q.stride(0), q.stride(1), keys.stride(0), length,
-        H=heads, KV=kv_heads, D=dim, SPLITS=splits, SPLIT_LEN=split_len,
+        H=heads, KV=kv_heads, D=dim, SPLITS=splits,
         BLOCK_G=max(16, triton.next_power_of_2(heads // kv_heads)), BLOCK_N=block_n, BLOCK_D=block_d,
         UPCAST=_INTERPRETING, num_warps=4, num_stages=2,
     )  # fmt: skip

@@ -1,10 +1,10 @@
 """Routed SwiGLU experts in Triton: the sorted-token grouped GEMM.
 
 Pipeline (x [T, H], top-k ids [T, K], E experts, intermediate I):
-1. align (torch ops, no host sync so it can be captured in a CUDA graph): the T*K (token, slot) pairs are sorted
-   by expert and each expert's run is padded to a multiple of BLOCK_M with a sentinel (T*K). Every BLOCK_M rows of
-   the sorted list then belong to one expert; `block_expert[b]` names it. The padded length is bounded by
-   T*K + min(T*K, E) * (BLOCK_M - 1), so the grid size is known without reading the counts back.
+1. align (`engine/kernels/moe_align`: one sync-free launch, capturable in a CUDA graph): the T*K (token, slot)
+   pairs are sorted by expert and each expert's run is padded to a multiple of BLOCK_M with a sentinel (T*K).
+   Every BLOCK_M rows of the sorted list then belong to one expert; `block_expert[b]` names it. The padded length
+   is bounded by T*K + min(T*K, E) * (BLOCK_M - 1), so the grid size is known without reading the counts back.
 2. `_gate_up_kernel`: per (row block, column block) it gathers the x rows of its pairs, multiplies by the expert's
    gate and up rows together, and stores silu(gate) * up for each pair: [T*K, I].
 3. `_down_kernel`: the same gather over that activation, times the expert's down rows, scaled by the pair's
@@ -16,10 +16,9 @@ neighbouring programs share the same weight columns, which stay in L2.
 Decode (T*K small) and prefill use different block shapes, chosen by T*K (no autotuning: it needs a GPU driver,
 and the CPU interpreter has none). The shared expert is an ordinary dense MLP; the model launches it beside this.
 
-Decode with at most `PAIR_PATH_MAX_PAIRS` pairs skips the alignment (about fifteen small torch kernels per layer,
-which dominate a memory-bound decode step in a CUDA graph) and runs two GEMV-shaped kernels on the routing as it
-is: `_pair_gate_up_kernel`, one program per (pair, column block), and `_token_down_kernel`, one program per (token,
-column block) that sums its K experts in registers (no [T*K, H] buffer, no separate reduction).
+Decode with at most `PAIR_PATH_MAX_PAIRS` pairs skips the alignment and runs the routing as it is through the
+quantized MoE's decode kernels (`engine/kernels/quant_moe/pairs.py`), which take float experts as the
+"blocks" of their dtype: the packed GEMV with the down projection over all of a token's experts at once.
 """
 
 from __future__ import annotations
@@ -29,12 +28,16 @@ import triton
 import triton.language as tl
 
 from engine import settings
+from engine.kernels.moe_align.triton import moe_align
+from engine.kernels.quant_moe.pairs import routed_pairs
+from engine.quant.formats import GGMLType
 
 # The interpreter multiplies bf16 bit patterns in tl.dot (silently wrong), so it gets fp32 operands instead.
 _INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
 # Up to this many (token, expert) pairs (batch 16 at top-8) decode takes the pair path. A first guess from launch
 # counts, to be settled on a GPU: bench/gpu_check.py times both paths at T=1 and T=32.
 PAIR_PATH_MAX_PAIRS = 128
+_FLOAT_KIND = {torch.float32: GGMLType.F32, torch.float16: GGMLType.F16, torch.bfloat16: GGMLType.BF16}
 
 
 @triton.jit
@@ -159,111 +162,6 @@ def _down_kernel(
     )
 
 
-@triton.jit
-def _pair_gate_up_kernel(
-    x_ptr,
-    w_ptr,
-    ids_ptr,
-    act_ptr,
-    hidden,
-    inter,
-    TOP_K: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    pair = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    token = (pair // TOP_K).to(tl.int64)
-    expert = tl.load(ids_ptr + pair).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < inter
-    ks = tl.arange(0, BLOCK_K)
-    w_gate = w_ptr + expert * 2 * inter * hidden + cols[:, None].to(tl.int64) * hidden
-    w_up = w_gate + inter * hidden
-    gate_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    up_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, hidden, BLOCK_K):
-        k_ok = (k0 + ks) < hidden
-        xk = tl.load(x_ptr + token * hidden + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-        w_mask = col_ok[:, None] & k_ok[None, :]
-        # Weight rows [2I, H] are contiguous along H: each tile is BLOCK_N rows of BLOCK_K consecutive values.
-        wg = tl.load(w_gate + (k0 + ks)[None, :], mask=w_mask, other=0.0).to(tl.float32)
-        wu = tl.load(w_up + (k0 + ks)[None, :], mask=w_mask, other=0.0).to(tl.float32)
-        gate_acc += tl.sum(wg * xk[None, :], axis=1)
-        up_acc += tl.sum(wu * xk[None, :], axis=1)
-    gate = gate_acc.to(act_ptr.dtype.element_ty).to(tl.float32)
-    up = up_acc.to(act_ptr.dtype.element_ty).to(tl.float32)
-    act = gate * tl.sigmoid(gate) * up
-    tl.store(act_ptr + pair.to(tl.int64) * inter + cols, act.to(act_ptr.dtype.element_ty), mask=col_ok)
-
-
-@triton.jit
-def _token_down_kernel(
-    act_ptr,
-    w_ptr,
-    ids_ptr,
-    pair_weight_ptr,
-    out_ptr,
-    hidden,
-    inter,
-    TOP_K: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    token = tl.program_id(0).to(tl.int64)
-    pid_n = tl.program_id(1)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < hidden
-    ks = tl.arange(0, BLOCK_K)
-    total = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for j in range(TOP_K):
-        pair = token * TOP_K + j
-        expert = tl.load(ids_ptr + pair).to(tl.int64)
-        w_rows = w_ptr + expert * hidden * inter + cols[:, None].to(tl.int64) * inter
-        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for k0 in range(0, inter, BLOCK_K):
-            k_ok = (k0 + ks) < inter
-            a = tl.load(act_ptr + pair * inter + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-            w = tl.load(w_rows + (k0 + ks)[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-            acc += tl.sum(w.to(tl.float32) * a[None, :], axis=1)
-        # As the grouped path: each expert output and router weight rounded to the output dtype, then the
-        # product rounded, then the K products summed in fp32 and rounded once.
-        y = acc.to(out_ptr.dtype.element_ty).to(tl.float32)
-        pair_w = tl.load(pair_weight_ptr + pair).to(out_ptr.dtype.element_ty).to(tl.float32)
-        total += (y * pair_w).to(out_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(out_ptr + token * hidden + cols, total.to(out_ptr.dtype.element_ty), mask=col_ok)
-
-
-def align_pairs_to_blocks(
-    topk_ids: torch.Tensor, n_experts: int, block_m: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sort (token, slot) pairs by expert, each expert's run padded to a multiple of `block_m`.
-
-    Returns sorted_pairs [max_padded] (flat pair index t*K + j, or the sentinel T*K in padding), block_expert
-    [max_padded // block_m], and padded_len [1] (the used length, on the device). No host synchronisation.
-    """
-    flat = topk_ids.reshape(-1)
-    num_pairs = flat.numel()
-    device = flat.device
-    max_padded = num_pairs + min(num_pairs, n_experts) * (block_m - 1)
-    max_padded = triton.cdiv(max_padded, block_m) * block_m
-    counts = torch.zeros(n_experts, dtype=torch.int64, device=device)
-    counts.scatter_add_(0, flat, torch.ones_like(flat))
-    padded_counts = (counts + block_m - 1) // block_m * block_m
-    padded_end = torch.cumsum(padded_counts, 0)
-    padded_start = padded_end - padded_counts
-    order = torch.argsort(flat, stable=True)
-    sorted_experts = flat[order]
-    rank_in_expert = (
-        torch.arange(num_pairs, device=device) - (torch.cumsum(counts, 0) - counts)[sorted_experts]
-    )
-    sorted_pairs = torch.full((max_padded,), num_pairs, dtype=torch.int32, device=device)
-    sorted_pairs[padded_start[sorted_experts] + rank_in_expert] = order.to(torch.int32)
-    block_starts = torch.arange(0, max_padded, block_m, device=device)
-    block_expert = torch.searchsorted(padded_end, block_starts, right=True).clamp_(max=n_experts - 1)
-    return sorted_pairs, block_expert.to(torch.int32), padded_end[-1:].to(torch.int32)
-
-
 def _block_config(num_pairs: int, interpreting: bool) -> dict[str, int]:
     """Block shapes by size. Decode (few pairs): one M tile of 16 per expert, narrow N tiles so that the weight
     stream spreads over many programs (memory-bound). Prefill: larger M tiles reuse each weight tile."""
@@ -302,21 +200,14 @@ def fused_moe_pairs(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
 ) -> torch.Tensor:
-    """The decode path: the routing as it is, two GEMV-shaped kernels (see the module docstring)."""
-    num_tokens, top_k = topk_ids.shape
-    hidden, inter = w_down.shape[1], w_down.shape[2]
-    block_n, block_k = (32, 32) if _INTERPRETING else (16, 256)
-    ids = topk_ids.contiguous()
-    act = torch.empty(num_tokens * top_k, inter, dtype=x.dtype, device=x.device)
-    _pair_gate_up_kernel[(num_tokens * top_k, triton.cdiv(inter, block_n))](
-        x, w_gate_up, ids, act, hidden, inter, TOP_K=top_k, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4
-    )
-    out = torch.empty_like(x)
-    _token_down_kernel[(num_tokens, triton.cdiv(hidden, block_n))](
-        act, w_down, ids, topk_weights.contiguous(), out, hidden, inter,
-        TOP_K=top_k, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+    """The decode path: the experts' bytes, typed by their dtype, through the quantized MoE's pair kernels."""
+    kind = _FLOAT_KIND[w_down.dtype]
+    inter = w_down.shape[-1]
+    gate_up = w_gate_up.view(torch.uint8)  # [E, 2I, 2H or 4H]: gate rows first
+    return routed_pairs(
+        x, gate_up[:, :inter], kind, gate_up[:, inter:], kind, w_down.view(torch.uint8), kind,
+        topk_weights, topk_ids,
     )  # fmt: skip
-    return out
 
 
 def fused_moe_grouped(
@@ -334,7 +225,7 @@ def fused_moe_grouped(
     cfg = _block_config(num_pairs, _INTERPRETING)
     block_m, block_n, block_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     launch = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    sorted_pairs, block_expert, padded_len = align_pairs_to_blocks(topk_ids, n_experts, block_m)
+    sorted_pairs, block_expert, padded_len = moe_align(topk_ids, n_experts, block_m)
     m_blocks = block_expert.numel()
     upcast = _INTERPRETING and x.dtype == torch.bfloat16
 

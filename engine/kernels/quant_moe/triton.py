@@ -1,15 +1,13 @@
 """Routed SwiGLU experts in Triton with the expert weights in GGUF blocks: fused_moe's two paths (see
-`engine/kernels/fused_moe/triton.py`), each weight tile decoded inside the K loop by the quantized matmul's helpers
-(`gemv_dot`, `tile_dot`). Only the routed experts' blocks are read; nothing is synchronised with the host, so both
-paths can be captured in a CUDA graph.
+`engine/kernels/fused_moe/triton.py`). Only the routed experts' blocks are read; nothing is synchronised with the
+host, so both paths can be captured in a CUDA graph.
 
-- Decode (at most `PAIR_PATH_MAX_PAIRS` (token, expert) pairs): `_pair_gate_up_kernel`, one program per (pair,
-  BLOCK_N intermediate rows), streams that expert's gate rows and up rows (two K loops: gate and up may be of
-  different types) and stores silu(gate) * up; `_token_down_kernel`, one program per (token, BLOCK_N hidden rows),
-  streams its K experts' down rows and sums the weighted outputs in registers.
-- Prefill: pairs sorted by expert and padded to BLOCK_M runs (`align_pairs_to_blocks`, shared with fused_moe), then
-  `_gate_up_kernel` and `_down_kernel` as grouped GEMMs over [BLOCK_M pairs, BLOCK_N rows] tiles with `tl.dot`, and
-  a torch sum over each token's K outputs.
+- Decode (at most `PAIR_PATH_MAX_PAIRS` (token, expert) pairs): `pairs.py`, two packed-GEMV kernels on the routing
+  as it is, the down projection over all of a token's experts at once.
+- Prefill: pairs sorted by expert and padded to BLOCK_M runs (`engine/kernels/moe_align`, shared with fused_moe),
+  then `_gate_up_kernel` and `_down_kernel` as grouped GEMMs over [BLOCK_M pairs, BLOCK_N rows] tiles with `tl.dot`
+  (each weight tile decoded in the K loop by the quantized matmul's `tile_dot`), and a torch sum over each token's
+  K outputs.
 Roundings follow the reference (gate and up rounded to x.dtype before the SiLU, each expert output and router
 weight rounded to x.dtype), as fused_moe's kernels do.
 """
@@ -21,12 +19,11 @@ import triton
 import triton.language as tl
 
 from engine import settings
-from engine.kernels.arch import launch_arch
 from engine.kernels.dequantize.triton import as_blocks, geometry, value_table
-from engine.kernels.fused_moe.triton import align_pairs_to_blocks
-from engine.kernels.quant_matmul import tiles
-from engine.kernels.quant_matmul.triton import gemv_dot, tile_dot
+from engine.kernels.moe_align.triton import moe_align
+from engine.kernels.quant_matmul.triton import tile_dot
 from engine.kernels.quant_moe import reference
+from engine.kernels.quant_moe.pairs import routed_pairs as quant_moe_pairs
 
 _INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
 # Up to this many (token, expert) pairs decode takes the pair path (fused_moe's first guess, same reasoning).
@@ -42,87 +39,6 @@ def _silu_mul(gate, up, dtype: tl.constexpr):
 
 
 @triton.jit
-def _pair_gate_up_kernel(
-    x_ptr,
-    gate_ptr,
-    up_ptr,
-    lut_ptr,
-    ids_ptr,
-    act_ptr,
-    hidden,
-    inter,
-    gate_row_bytes,
-    up_row_bytes,
-    TOP_K: tl.constexpr,
-    GATE_KIND: tl.constexpr,
-    GATE_TYPE_SIZE: tl.constexpr,
-    GATE_SUBS: tl.constexpr,
-    UP_KIND: tl.constexpr,
-    UP_TYPE_SIZE: tl.constexpr,
-    UP_SUBS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    pair = tl.program_id(0).to(tl.int64)
-    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = (rows < inter)[:, None]
-    expert = tl.load(ids_ptr + pair).to(tl.int64)
-    x_row = x_ptr + (pair // TOP_K) * hidden
-    x_offs = tl.zeros([1, 1], dtype=tl.int64)
-    x_ok = x_offs == 0
-    expert_rows = expert * inter + rows.to(tl.int64)[:, None]  # row index in the [E * I] rows
-    gate = gemv_dot(
-        x_row, x_offs, x_ok, gate_ptr, lut_ptr, expert_rows * gate_row_bytes, row_ok,
-        0, hidden // (GATE_SUBS * 32), GATE_KIND, GATE_TYPE_SIZE, GATE_SUBS,
-    )  # fmt: skip
-    up = gemv_dot(
-        x_row, x_offs, x_ok, up_ptr, lut_ptr, expert_rows * up_row_bytes, row_ok,
-        0, hidden // (UP_SUBS * 32), UP_KIND, UP_TYPE_SIZE, UP_SUBS,
-    )  # fmt: skip
-    act = _silu_mul(tl.sum(gate, axis=0), tl.sum(up, axis=0), act_ptr.dtype.element_ty)  # [1, N] -> [N]
-    tl.store(act_ptr + pair * inter + rows, act.to(act_ptr.dtype.element_ty), mask=rows < inter)
-
-
-@triton.jit
-def _token_down_kernel(
-    act_ptr,
-    down_ptr,
-    lut_ptr,
-    ids_ptr,
-    pair_weight_ptr,
-    out_ptr,
-    hidden,
-    inter,
-    down_row_bytes,
-    TOP_K: tl.constexpr,
-    DOWN_KIND: tl.constexpr,
-    DOWN_TYPE_SIZE: tl.constexpr,
-    DOWN_SUBS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    token = tl.program_id(0).to(tl.int64)
-    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < hidden
-    x_offs = tl.zeros([1, 1], dtype=tl.int64)
-    x_ok = x_offs == 0
-    total = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for j in range(TOP_K):
-        pair = token * TOP_K + j
-        expert = tl.load(ids_ptr + pair).to(tl.int64)
-        acc = gemv_dot(
-            act_ptr + pair * inter, x_offs, x_ok, down_ptr, lut_ptr,
-            (expert * hidden + rows.to(tl.int64)[:, None]) * down_row_bytes, row_ok[:, None],
-            0, inter // (DOWN_SUBS * 32), DOWN_KIND, DOWN_TYPE_SIZE, DOWN_SUBS,
-        )  # fmt: skip
-        # As fused_moe's pair path: expert output and router weight rounded to the output dtype, their product
-        # rounded, the K products summed in fp32 and rounded once.
-        y = tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty).to(tl.float32)
-        pair_w = tl.load(pair_weight_ptr + pair).to(out_ptr.dtype.element_ty).to(tl.float32)
-        total += (y * pair_w).to(out_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(out_ptr + token * hidden + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
-
-
-# num_pairs only bounds a mask: specialising it (divisible by 16 or not) would compile each kernel twice.
-@triton.jit(do_not_specialize=["num_pairs"])
 def _gate_up_kernel(
     x_ptr,
     gate_ptr,
@@ -174,7 +90,7 @@ def _gate_up_kernel(
     )
 
 
-@triton.jit(do_not_specialize=["num_pairs"])
+@triton.jit
 def _down_kernel(
     act_ptr,
     down_ptr,
@@ -250,43 +166,15 @@ def quant_moe(
     return path(x.contiguous(), *gate_w, *up_w, *down_w, topk_weights, topk_ids)
 
 
-def quant_moe_pairs(
-    x: torch.Tensor,
-    gate: torch.Tensor,
-    gate_kind: int,
-    up: torch.Tensor,
-    up_kind: int,
-    down: torch.Tensor,
-    down_kind: int,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-) -> torch.Tensor:
-    """The decode path: the routing as it is, two GEMV-shaped kernels (see the module docstring)."""
-    num_tokens, top_k = topk_ids.shape
-    hidden, inter = x.shape[-1], gate.shape[1]
-    block_n = 128 if _INTERPRETING else 16  # the interpreter pays per op, not per element: few wide programs
-    ids = topk_ids.contiguous()
-    lut = value_table(x.device)
-    act = torch.empty(num_tokens * top_k, inter, dtype=x.dtype, device=x.device)
-    _pair_gate_up_kernel[(num_tokens * top_k, triton.cdiv(inter, block_n))](
-        x, gate, up, lut, ids, act, hidden, inter, gate.shape[-1], up.shape[-1], TOP_K=top_k,
-        **_kind_args("GATE", gate_kind), **_kind_args("UP", up_kind), BLOCK_N=block_n, num_warps=4,
-    )  # fmt: skip
-    out = torch.empty_like(x)
-    _token_down_kernel[(num_tokens, triton.cdiv(hidden, block_n))](
-        act, down, lut, ids, topk_weights.contiguous(), out, hidden, inter, down.shape[-1], TOP_K=top_k,
-        **_kind_args("DOWN", down_kind), BLOCK_N=block_n, num_warps=4,
-    )  # fmt: skip
-    return out
-
-
-def block_config(num_pairs: int, kinds: tuple[int, ...], arch: int) -> dict[str, int]:
-    """Larger M tiles as the pairs per expert grow (each decoded weight tile feeds more rows); the stages for
-    `kinds` on capability `arch` (see `engine/kernels/quant_matmul/tiles.py`)."""
+def _block_config(num_pairs: int) -> dict[str, int]:
+    """Larger M tiles as the pairs per expert grow (each decoded weight tile feeds more rows)."""
     if _INTERPRETING:
         return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4)
-    tile = tiles.SMALL if num_pairs <= 512 else tiles.MEDIUM if num_pairs <= 8192 else tiles.LARGE
-    return tiles.launch_config(tile, kinds, arch)
+    if num_pairs <= 512:
+        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4)
+    if num_pairs <= 8192:
+        return dict(BLOCK_M=32, BLOCK_N=64, num_warps=4)
+    return dict(BLOCK_M=64, BLOCK_N=128, num_warps=8)
 
 
 def quant_moe_grouped(
@@ -305,11 +193,9 @@ def quant_moe_grouped(
     n_experts, inter = gate.shape[0], gate.shape[1]
     hidden = x.shape[-1]
     num_pairs = num_tokens * top_k
-    arch = launch_arch(x.device)
-    cfg = block_config(num_pairs, (gate_kind, up_kind), arch)
-    down_cfg = block_config(num_pairs, (down_kind,), arch)  # the same tile; its own stages
+    cfg = _block_config(num_pairs)
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    sorted_pairs, block_expert, padded_len = align_pairs_to_blocks(topk_ids, n_experts, block_m)
+    sorted_pairs, block_expert, padded_len = moe_align(topk_ids, n_experts, block_m)
     m_blocks = block_expert.numel()
     upcast = _INTERPRETING and x.dtype == torch.bfloat16
     lut = value_table(x.device)
@@ -323,6 +209,6 @@ def quant_moe_grouped(
     per_pair = torch.empty(num_pairs, hidden, dtype=x.dtype, device=x.device)
     _down_kernel[(m_blocks, triton.cdiv(hidden, block_n))](
         act, down, lut, per_pair, topk_weights.contiguous(), sorted_pairs, block_expert, padded_len, num_pairs,
-        hidden, inter, down.shape[-1], **_kind_args("DOWN", down_kind), UPCAST=upcast, **down_cfg,
+        hidden, inter, down.shape[-1], **_kind_args("DOWN", down_kind), UPCAST=upcast, **cfg,
     )  # fmt: skip
     return per_pair.view(num_tokens, top_k, hidden).sum(1)

@@ -1,0 +1,154 @@
+"""The decode GEMV, `x @ W.T` for up to `GEMV_MAX_TOKENS` tokens with W in GGUF blocks (or floats of another
+dtype than x): each program streams its rows' blocks once for all the tokens, decodes them from packed words and
+accumulates per thread (`packed.py`), and reduces once per output row and token, at the end. No split-K, no
+partial sums, no host sync: one launch per weight, capturable in a CUDA graph.
+
+The layout (`decode_layout`) trades registers for reuse and for parallelism. Per step a lane decodes 32 values
+of 2 rows at 1-2 tokens (the x values it loads serve both rows), 16 values of 2 rows at 3-4 tokens, 8 values of 4
+rows beyond (2 for the 16-bit-word types at 9-16 tokens), so that the x registers (values x tokens) stay bounded
+and nothing spills. A weight with few rows (MoE experts, most
+projections at hidden 2048) would leave the GPU a few warps per SM, each walking the whole K loop: its rows then
+get more lanes, `split` groups of them taking every `split`-th step (split-K inside the program, summed by the
+same final reduction), until about TARGET_WARPS warps run.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from engine import settings
+from engine.kernels.quant_matmul.packed import (
+    STEP_COLS,
+    opaque_exponent,
+    packed_step,
+    pair_table,
+    words_per_lane,
+)
+from engine.quant.formats import FLOAT_TYPES, GGMLType
+
+GEMV_MAX_TOKENS = 16
+NUM_WARPS = 4
+THREADS = 32 * NUM_WARPS
+# Split K inside a program until about this many warps run (~30 per SM of an H200's 132, a 4090's 128).
+TARGET_WARPS = 4096
+
+
+# The interpreter pays per op and program, not per element: 4x the rows per thread, a quarter of the programs.
+_ROWS_SCALE = 4 if settings.triton_interpret() else 1
+# Types whose words hold fewer weights (more live registers per weight): 2 rows a thread at 9-16 tokens, not 4.
+_WIDE_WORDS = frozenset({GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.F32})
+
+
+class Layout(NamedTuple):
+    vpl: int  # values a lane decodes per step (and row)
+    lanes: int  # L: lanes per row and step, 256 / vpl
+    split: int  # KS: steps a row works on at once (lanes per row: L * KS)
+    row_threads: int  # NT: rows across the threads of a program
+    rows_per_thread: int  # R
+    block_t: int  # tokens, rounded up to a power of two
+
+    @property
+    def block_rows(self) -> int:
+        return self.rows_per_thread * self.row_threads
+
+    def words(self, kind: int) -> int:
+        return words_per_lane(kind, self.vpl)
+
+
+def decode_layout(tokens: int, rows: int, cols: int, kind: int, min_row_threads: int = 1) -> Layout:
+    """The layout for `tokens` tokens and `rows` weight rows of `cols` columns in all (MoE: rows of every
+    program), with at least `min_row_threads` rows across a program's threads."""
+    block_t = triton.next_power_of_2(tokens)
+    vpl = 32 if block_t <= 2 else 16 if block_t <= 4 else 8
+    per_thread = 2 if vpl >= 16 or (block_t > 8 and GGMLType(kind) in _WIDE_WORDS) else 4
+    lanes = STEP_COLS // vpl
+    steps = cols // STEP_COLS if cols % STEP_COLS == 0 else 1  # a partial last step: no split
+    split = 1
+    while (
+        rows * lanes * split < 32 * TARGET_WARPS
+        and steps % (2 * split) == 0
+        and THREADS // (lanes * 2 * split) >= min_row_threads
+    ):
+        split *= 2
+    return Layout(vpl, lanes, split, THREADS // (lanes * split), per_thread * _ROWS_SCALE, block_t)
+
+
+@triton.jit
+def rows_dot(x_rows, w_ptr, tab_ptr, off, cols, expo, KIND: tl.constexpr, W: tl.constexpr, L: tl.constexpr,
+             KS: tl.constexpr, BLOCK_T: tl.constexpr, R: tl.constexpr, NT: tl.constexpr,
+             EVEN_K: tl.constexpr):  # fmt: skip
+    """sum_k x[t, k] * W[n, k] for the x rows at pointers `x_rows` [1, T, 1|R, NT, 1] and the weight rows at
+    byte offsets `off` [1, 1, R, NT, 1] -> fp32 [T, R, NT]. The K loop accumulates per element; the two sums at
+    the end are the only reduction."""
+    lanes = tl.arange(0, L * KS)[None, None, None, None, :]
+    acc = tl.zeros([W, BLOCK_T, R, NT, L * KS], dtype=tl.float32)
+    steps = cols // 256 if EVEN_K else tl.cdiv(cols, 256)
+    for s in range(0, steps // KS):
+        acc = packed_step(
+            acc, x_rows, w_ptr, tab_ptr, off, lanes % L, s * KS + lanes // L, cols, expo, KIND, W, L, EVEN_K
+        )
+    return tl.sum(tl.sum(acc, axis=4), axis=0)
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,
+    w_ptr,
+    tab_ptr,
+    out_ptr,
+    num_tokens,
+    num_rows,
+    cols,
+    row_bytes,
+    KIND: tl.constexpr,
+    W: tl.constexpr,
+    L: tl.constexpr,
+    KS: tl.constexpr,
+    NT: tl.constexpr,
+    R: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    rows = tl.program_id(0) * (R * NT) + tl.arange(0, R)[:, None] * NT + tl.arange(0, NT)[None, :]  # [R, NT]
+    tokens = tl.arange(0, BLOCK_T)
+    # Rows and tokens past the ends read the last ones (no masks in the loop); their results are not stored.
+    off = (tl.minimum(rows, num_rows - 1).to(tl.int64) * row_bytes)[None, None, :, :]
+    x_start = tl.minimum(tokens, num_tokens - 1).to(tl.int64) * cols
+    across = tl.zeros([NT], dtype=tl.int64)[None, None, None, :]  # x pointers spelled out over NT (packed.py)
+    x_rows = x_ptr + (x_start[None, :, None, None] + across)[:, :, :, :, None]
+    out = rows_dot(
+        x_rows, w_ptr, tab_ptr, off[:, :, :, :, None], cols, opaque_exponent(num_rows),
+        KIND, W, L, KS, BLOCK_T, R, NT, EVEN_K,
+    )  # fmt: skip
+    tl.store(
+        out_ptr + tokens[:, None, None] * num_rows + rows[None, :, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=(tokens < num_tokens)[:, None, None] & (rows < num_rows)[None, :, :],
+    )
+
+
+def aligned(blocks: torch.Tensor, kind: int) -> torch.Tensor:
+    """The blocks at a 4-byte aligned address, as the quantized types' word loads assume (a copy only for a view
+    that starts elsewhere, which the loader never makes; float weights load by element)."""
+    if GGMLType(kind) in FLOAT_TYPES or blocks.data_ptr() % 4 == 0:
+        return blocks
+    return blocks.clone()
+
+
+def quant_gemv(x: torch.Tensor, blocks: torch.Tensor, kind: int, cols: int) -> torch.Tensor:
+    """x [T <= GEMV_MAX_TOKENS, cols] contiguous; blocks uint8 [N, row_bytes] contiguous -> x @ W.T [T, N] in
+    x.dtype."""
+    num_tokens, num_rows = x.shape[0], blocks.shape[0]
+    blocks = aligned(blocks, kind)
+    layout = decode_layout(num_tokens, num_rows, cols, kind)
+    out = torch.empty(num_tokens, num_rows, dtype=x.dtype, device=x.device)
+    _gemv_kernel[(triton.cdiv(num_rows, layout.block_rows),)](
+        x, blocks, pair_table(x.device), out, num_tokens, num_rows, cols, blocks.shape[1],
+        KIND=int(kind), W=layout.words(kind), L=layout.lanes, KS=layout.split, NT=layout.row_threads,
+        R=layout.rows_per_thread, BLOCK_T=layout.block_t, EVEN_K=cols % STEP_COLS == 0, num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return out
