@@ -222,10 +222,6 @@ class LLM:
         return self.engine.runner.static_decode
 
     @property
-    def _lock(self):
-        return self.engine.lock
-
-    @property
     def _stop_ids(self) -> set[int]:
         return self.processor.stop_ids
 

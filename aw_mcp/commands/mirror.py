@@ -157,6 +157,12 @@ def faults_of(path: str | None) -> dict[str, Any]:
 def mirror_world(surface_catalog: Catalog, extra: dict[str, Any]) -> tuple[str, dict[str, str]]:
     """The world a mirror serves (its YAML) and each world tool's upstream name."""
     world = world_from_catalog(surface_catalog, ImportLog.to_stderr())
+    for tool in world[
+        "tools"
+    ]:  # a null default (mcp-server-git has them) means no default: the world spec says so
+        for key in ("inputSchema", "outputSchema"):
+            if isinstance(tool.get(key), dict):
+                tool[key] = without_null_defaults(tool[key])
     world.update(extra)
     raw = [t["name"] for t in surface_catalog.tools]
     names = {}
@@ -166,6 +172,19 @@ def mirror_world(surface_catalog: Catalog, extra: dict[str, Any]) -> tuple[str, 
             tool["name"] if tool["name"] in raw else (leftover.pop(0) if leftover else tool["name"])
         )
     return world_yaml(world, f"# mirror of {surface_catalog.source}\n"), names
+
+
+def without_null_defaults(schema: Any) -> Any:
+    """The schema without `default: null` anywhere (a world spec refuses them; a schema means no default)."""
+    if isinstance(schema, dict):
+        return {
+            key: without_null_defaults(value)
+            for key, value in schema.items()
+            if not (key == "default" and value is None)
+        }
+    if isinstance(schema, list):
+        return [without_null_defaults(item) for item in schema]
+    return schema
 
 
 class NoModel(WorldModel):

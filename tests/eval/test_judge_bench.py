@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -264,24 +265,29 @@ def test_judge_scores_a_recorded_session_and_survives_malformed_answers(
     )
 
 
-def bench_file(tmp_path: Path) -> Path:
-    lines = []
-    for i, domain in enumerate(["mcp", "search", "terminal", "swe", "android", "web", "os"]):
-        lines.append(
-            {
-                "id": f"s{i}",
-                "task": f"agentworldbench/{domain}",
-                "system_str": f"SYSTEM {domain}",
-                "prompt": ["### Turn 1\n**Action:**\nA", "### Turn 2\n**Action:**\nB"],
-                "response": ["**Environment Observation:**\nfirst", "**Environment Observation:**\nsecond"],
-                "current_prompt": "### Turn 2\n**Action:**\nB",
-                "turn_idx": 2,
-                "total_turns": 2,
-            }
-        )
-    path = tmp_path / "bench.jsonl"
+def sample_line(key: str, domain: str, **extra: Any) -> dict[str, Any]:
+    """A two-turn AgentWorldBench line whose second turn is judged (`extra`: e.g. the reply as `gen`)."""
+    return {
+        "id": key,
+        "task": f"agentworldbench/{domain}",
+        "system_str": f"SYSTEM {domain}",
+        "prompt": ["### Turn 1\n**Action:**\nA", "### Turn 2\n**Action:**\nB"],
+        "response": ["**Environment Observation:**\nfirst", "**Environment Observation:**\nsecond"],
+        "current_prompt": "### Turn 2\n**Action:**\nB",
+        "turn_idx": 2,
+        "total_turns": 2,
+        **extra,
+    }
+
+
+def write_lines(path: Path, lines: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     return path
+
+
+def bench_file(tmp_path: Path) -> Path:
+    domains = ["mcp", "search", "terminal", "swe", "android", "web", "os"]
+    return write_lines(tmp_path / "bench.jsonl", [sample_line(f"s{i}", d) for i, d in enumerate(domains)])
 
 
 def judge_by_domain(body: dict, n: int) -> Reply:

@@ -25,6 +25,7 @@ from aw_mcp.eval.judging import (
 )
 from aw_mcp.load.world import load_world
 from aw_mcp.prompt.templates import BUNDLED
+from tests.eval.test_judge_bench import sample_line, write_lines
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
 SCORES = {"format": 5, "factuality": 4, "consistency": 4, "realism": 3, "quality": 4}
@@ -72,23 +73,20 @@ def record_five_calls(tmp_path: Path) -> tuple[Path, Path]:
     return world, trajectory
 
 
+def run_judge(trajectory: Path, world: Path, *extra: str) -> ScriptedOpenAIServer:
+    """`aw-mcp judge` against a judge that always gives GOOD; the server, to read what it was sent."""
+    with ScriptedOpenAIServer([Reply(content=GOOD)]) as judge:
+        argv = ["judge", str(trajectory), "--base-url", judge.base_url, "--model", "j", "--world", str(world)]
+        assert main([*argv, *extra]) == 0
+    return judge
+
+
 def test_the_judge_sees_each_earlier_turn_once_in_order(tmp_path: Path) -> None:
     """eval.py's context for turn k is the k-1 earlier (prompt, response) pairs, in order, once each. Before, the
     pairs overlapped ((u1,a1), (a1,u2), (u2,a2), ...): from the third judged call on, turns came twice and
     interleaved. Every message the judge received is checked."""
     world_path, trajectory = record_five_calls(tmp_path)
-    with ScriptedOpenAIServer([Reply(content=GOOD)]) as judge:
-        argv = [
-            "judge",
-            str(trajectory),
-            "--base-url",
-            judge.base_url,
-            "--model",
-            "j",
-            "--world",
-            str(world_path),
-        ]
-        assert main(argv) == 0
+    judge = run_judge(trajectory, world_path)
     assert len(judge.requests) == 5
     world = load_world(world_path)
     system = judge_system_prompt(
@@ -120,18 +118,7 @@ def test_a_rubric_without_the_slot_still_gets_the_world_reference_the_message_na
     (official / "system_prompt.txt").write_text(
         "# Role and Objective\n\n{tool_definitions}\n", encoding="utf-8"
     )
-    with ScriptedOpenAIServer([Reply(content=GOOD)]) as judge:
-        argv = [
-            "judge",
-            str(trajectory),
-            "--base-url",
-            judge.base_url,
-            "--model",
-            "j",
-            "--world",
-            str(world_path),
-        ]
-        assert main([*argv, "--prompts", str(tmp_path / "prompts")]) == 0
+    judge = run_judge(trajectory, world_path, "--prompts", str(tmp_path / "prompts"))
     system = judge.requests[0].body["messages"][0]["content"]
     assert system.startswith("# Role and Objective\n\nGrade it.\n\n---\n\n# World Reference\n\n")
     assert "Notes are numbered from 1." in system and '"name": "add_note"' in system
@@ -206,24 +193,8 @@ PREDICTIONS = [
 
 
 def predictions_file(tmp_path: Path) -> Path:
-    lines = []
-    for domain, key, gen in PREDICTIONS:
-        lines.append(
-            {
-                "id": key,
-                "task": f"agentworldbench/{domain}",
-                "system_str": f"SYSTEM {domain}",
-                "prompt": ["### Turn 1\n**Action:**\nA", "### Turn 2\n**Action:**\nB"],
-                "response": ["**Environment Observation:**\nfirst", "**Environment Observation:**\nsecond"],
-                "current_prompt": "### Turn 2\n**Action:**\nB",
-                "turn_idx": 2,
-                "total_turns": 2,
-                "gen": gen,
-            }
-        )
-    path = tmp_path / "predictions.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
-    return path
+    lines = [sample_line(key, domain, gen=gen) for domain, key, gen in PREDICTIONS]
+    return write_lines(tmp_path / "predictions.jsonl", lines)
 
 
 def judge_answer(user: str) -> str:
