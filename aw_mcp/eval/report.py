@@ -271,6 +271,43 @@ def family_lines(families: Iterable[SessionNode]) -> list[str]:
     return lines
 
 
+def consistency_scores(calls: list[CallRecord]) -> dict[str, tuple[int, int]]:
+    """Per session: (answers the consistency guard checked, those that contradicted what the session established).
+    Checked: every call with an answer of the world model or a recording (not a failure, not a real server's)."""
+    scores: dict[str, list[int]] = {}
+    for call in calls:
+        if call.error is not None or call.observation is None or call.answered_by == "upstream":
+            continue
+        score = scores.setdefault(call.session or "default", [0, 0])
+        score[0] += 1
+        score[1] += bool(call.consistency and call.consistency.contradictions)
+    return {session: (checked, bad) for session, (checked, bad) in scores.items()}
+
+
+def consistency_lines(calls: list[CallRecord]) -> list[str]:
+    """The consistency score per session and each contradiction, when the guard found or redrew anything."""
+    if not any(call.consistency for call in calls):
+        return []
+    lines = [
+        f"consistency, session {session}: {1 - bad / checked:.0%} ({bad} of {checked} answer(s) contradicted what "
+        "the session established)"
+        for session, (checked, bad) in consistency_scores(calls).items()
+        if checked
+    ]
+    for call in calls:
+        verdict = call.consistency
+        if verdict is None:
+            continue
+        redrawn = f" (answer {verdict.kept} of {verdict.drawn} kept)" if verdict.drawn > 1 else ""
+        for found in verdict.contradictions:
+            lines.append(f"  call {call.index} {call.tool} [{found.rule}]: {found.message}{redrawn}")
+        if not verdict.contradictions:
+            lines.append(
+                f"  call {call.index} {call.tool}: resampled, consistent answer {verdict.kept} of {verdict.drawn} kept"
+            )
+    return lines
+
+
 def text_summary(summary: Summary, card: Scorecard | None = None) -> str:
     """The trajectory in a few lines; with faults fired, its robustness scorecard follows."""
     n = len(summary.calls)
@@ -286,6 +323,7 @@ def text_summary(summary: Summary, card: Scorecard | None = None) -> str:
     sources = Counter(c.answered_by for c in summary.calls if c.observation is not None)
     if set(sources) - {"model"}:  # a hybrid, mirrored or cached run: how many answers came from where
         lines.append("answered by: " + ", ".join(f"{who} {count}" for who, count in sources.most_common()))
+    lines += consistency_lines(summary.calls)
     if n:
         lines.append(
             f"latency ms: p50 {percentile(lat, 0.5):.0f}, p95 {percentile(lat, 0.95):.0f}, max {max(lat):.0f}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aw_mcp.trajectory.records import Consistency
+
 
 @dataclass(frozen=True)
 class Generated:
@@ -22,6 +24,7 @@ class Generated:
     compacted: int = 0  # the earliest history turn the prompt showed
     notice: str | None = None  # the backend's own label for this answer (a demo answer for other arguments)
     answered_by: str | None = None  # who produced it when not the world model (records.AnsweredBy)
+    consistency: Consistency | None = None  # what the consistency guard found (sim/consistency.py)
 
 
 @dataclass(frozen=True)

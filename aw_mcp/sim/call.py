@@ -85,4 +85,5 @@ class Call:
             compacted=generated.compacted,
             forked_from=self.session.forked_from,
             answered_by=generated.answered_by or self.answered_by,  # type: ignore[arg-type]
+            consistency=generated.consistency,
         )

@@ -50,6 +50,7 @@ from aw_mcp.sim import fault_apply, fault_kinds, fault_phases
 from aw_mcp.sim.answer import Answer, Generated
 from aw_mcp.sim.call import Call
 from aw_mcp.sim.clock import SYSTEM_CLOCK, Clock
+from aw_mcp.sim.consistency import Guard
 from aw_mcp.sim.fault_planner import Planner
 from aw_mcp.sim.ledger import Entry
 from aw_mcp.sim.progress import Reporter, monotonic
@@ -57,7 +58,7 @@ from aw_mcp.sim.registry import SessionRegistry
 from aw_mcp.sim.session import RecordingError, WorldSession
 from aw_mcp.spec.injections import BUILTIN_INJECTIONS
 from aw_mcp.spec.world import ModelSettings, ToolSpec, WorldSpec
-from aw_mcp.trajectory.records import AnsweredBy, CallRecord
+from aw_mcp.trajectory.records import AnsweredBy, CallRecord, Consistency
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,7 @@ class Simulator:
         self.planner = Planner(self.perturbations, world.seed)
         self.catalog = fault_apply.Catalog(world.tools)
         self.slots = {**BUILTIN_INJECTIONS, **world.injections}
+        self.guard = Guard(world)  # the consistency guard's view of each session
         records = (r for s in self.registry.sessions() for r in s.records)
         fault_phases.restore_catalog(self.catalog, self.perturbations, records)
 
@@ -374,7 +376,7 @@ class Simulator:
             plan = fault_phases.settle_truth(call, plan, await self._generate(call, notes, ledger))
         if plan.answer is not None:
             return plan.answer
-        return fault_phases.after(call, plan, await self._generate(call, [*notes, *plan.notes], ledger))
+        return fault_phases.after(call, plan, await self._guarded(call, [*notes, *plan.notes], ledger))
 
     def _tool_or_original(self, name: str) -> ToolSpec | None:
         return self.catalog.get(name) or self.world.tool(name)
@@ -387,8 +389,43 @@ class Simulator:
         definition = json.dumps(prompt_definition(call.tool), ensure_ascii=False)
         return [f"This tool was added to the API during the session; its definition: {definition}"]
 
-    async def _generate(self, call: Call, notes: list[str], ledger: Sequence[Entry] = ()) -> Answer:
-        """Ask the world model for this call, with these notes (and what of the ledger the prompt needs)."""
+    async def _guarded(self, call: Call, notes: list[str], ledger: Sequence[Entry]) -> Answer:
+        """The world model's answer checked against what the session established (sim/consistency.py): with
+        `model.on_contradiction: resample`, up to `model.max_resamples` more answers are drawn and the first that
+        contradicts nothing is kept (else the first); what was found goes on the record."""
+        settings = self.world.model
+        answer = await self._generate(call, notes, ledger)
+        if settings.on_contradiction == "off" or answer.error is not None or call.answered_by == "upstream":
+            return answer  # a real server's answer is what it is
+        known = self.guard.established(call.session)
+        found = known.check(
+            call.tool.name, call.arguments, answer.recorded_observation, answer.structured, answer.is_error
+        )
+        kept, drawn, kept_at = answer, 1, 1
+        fixed = answer.generated is not None and answer.generated.answered_by == "recording"  # same each time
+        while (
+            found
+            and settings.on_contradiction == "resample"
+            and drawn <= settings.max_resamples
+            and not fixed
+        ):
+            retry = await self._generate(call, notes, ledger, draw=drawn)
+            drawn += 1
+            if retry.error is None and not known.check(
+                call.tool.name, call.arguments, retry.recorded_observation, retry.structured, retry.is_error
+            ):
+                kept, found, kept_at = retry, [], drawn
+                break
+        if drawn == 1 and not found:
+            return answer
+        verdict = Consistency(contradictions=found, drawn=drawn, kept=kept_at)
+        return replace(kept, generated=replace(kept.generated or Generated(), consistency=verdict))
+
+    async def _generate(
+        self, call: Call, notes: list[str], ledger: Sequence[Entry] = (), draw: int = 0
+    ) -> Answer:
+        """Ask the world model for this call, with these notes (and what of the ledger the prompt needs); `draw`:
+        the how-many-th answer to this call the consistency guard asks for (its own seeds)."""
         tool, session = call.tool, call.session
         budget = prompt_budget(self.context_tokens, self.params.max_tokens)
         system = self.system_prompt(session, tool.name)
@@ -403,7 +440,7 @@ class Simulator:
             )
         prompt, start = fitted
         answer = await self._generate_observation(
-            call, prompt.messages, Generated(messages_hash=prompt.hash, compacted=start)
+            call, prompt.messages, Generated(messages_hash=prompt.hash, compacted=start), draw
         )
         if answer.error is not None and is_context_overflow(answer.error):
             session.overflowed()  # the server counted more tokens than the estimate
@@ -415,13 +452,13 @@ class Simulator:
         return int(configured or DEFAULT_CONTEXT_TOKENS)
 
     async def _generate_observation(
-        self, call: Call, messages: list[dict[str, str]], prompted: Generated
+        self, call: Call, messages: list[dict[str, str]], prompted: Generated, draw: int = 0
     ) -> Answer:
         """`model.timeout_s` bounds the whole call: every output retry shares one deadline."""
         timeout_s = self.world.model.timeout_s
         tries = _Tries(prompted)
         with anyio.move_on_after(timeout_s) as deadline:
-            return await self._attempts(call, messages, tries)
+            return await self._attempts(call, messages, tries, draw)
         assert deadline.cancelled_caught
         attempts = tries.generated.attempts
         return Answer(
@@ -432,7 +469,9 @@ class Simulator:
             generated=tries.generated,
         )
 
-    async def _attempts(self, call: Call, messages: list[dict[str, str]], tries: _Tries) -> Answer:
+    async def _attempts(
+        self, call: Call, messages: list[dict[str, str]], tries: _Tries, draw: int = 0
+    ) -> Answer:
         tool, report = call.tool, call.report
         history = tuple(  # the calls before this one, for a backend that answers by them (the hybrid)
             (r.tool, r.arguments)
@@ -445,7 +484,7 @@ class Simulator:
             tries.generated = replace(tries.generated, attempts=attempt + 1)
             params = replace(
                 self.params,
-                seed=call_seed(self.world.seed, call.index, attempt),
+                seed=call_seed(self.world.seed, call.index, draw * (self.output_retries + 1) + attempt),
                 constraint=constraint_for(tool, self.world.domain) if self.world.model.constrained else None,
             )
 

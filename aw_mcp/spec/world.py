@@ -309,8 +309,18 @@ class ModelSettings(StrictSpecModel):
     # Decode a tool with an outputSchema under a grammar (its schema, or an error), valid by construction
     # (aw_mcp/prompt/constraint.py); post-hoc validation and output_retries still apply.
     constrained: bool = Field(default=True, strict=True)
+    # The consistency guard (aw_mcp/sim/consistency.py): each answer checked against what the session established.
+    # flag: contradictions recorded; resample: up to max_resamples more answers drawn, the first consistent one
+    # kept; off: no check.
+    on_contradiction: Literal["flag", "resample", "off"] = "flag"
+    max_resamples: int = Field(default=2, ge=1, le=10, strict=True)
 
     _http_url = field_validator("base_url")(http_url)
+
+    @field_validator("on_contradiction", mode="before")
+    @classmethod
+    def _off_unquoted(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
 
     @property
     def token_budget(self) -> int:

@@ -133,6 +133,24 @@ class ShadowPrediction(BaseModel):
     error: str | None = None
 
 
+class Contradiction(BaseModel):
+    """One thing an answer contradicts of what the session established (sim/consistency.py names the rules)."""
+
+    rule: Literal["deleted", "missing", "field", "count"]
+    message: str
+    earlier: int | None = None  # the call whose answer established it (None: the world's `state:`)
+
+
+class Consistency(BaseModel):
+    """The consistency guard's finding on a call (written only when it found something or drew again): the
+    contradictions of the answer kept, how many answers were drawn (`model.on_contradiction: resample`) and which of
+    them (1-based) was kept."""
+
+    contradictions: list[Contradiction] = Field(default_factory=list)
+    drawn: int = 1
+    kept: int = 1
+
+
 class CallRecord(_Line):
     """One line of the trajectory: everything needed to audit, report on or replay one tool call.
 
@@ -171,6 +189,8 @@ class CallRecord(_Line):
     answered_by: AnsweredBy = "model"
     # The world model's prediction of this call's observation, when another source answered it (version 2).
     shadow: ShadowPrediction | None = None
+    # What the consistency guard found (absent: nothing, or the guard was off).
+    consistency: Consistency | None = None
 
     @field_validator("faults", mode="before")
     @classmethod
@@ -196,6 +216,9 @@ class ListingRecord(_Line):
     )
     time: str = Field(default_factory=utc_now)
     tools: list[str] = Field(default_factory=list)
+    # The tools as listed (MCP Tool objects), written when they differ from the trajectory's previous listing
+    # (its first, and after a catalog change): `aw-mcp import recording` reads the catalog from them.
+    definitions: list[dict[str, Any]] | None = None
 
 
 class ShadowRecord(_Line):
