@@ -99,5 +99,5 @@ class MirrorSimulator(Simulator):
             structured=result.structured_content,
             is_error=bool(result.is_error),
             content=(text, tuple(result.content)),
-            generated=UPSTREAM,
+            generated=replace(UPSTREAM, raw=text),  # the answer as given: a replay backend can answer with it
         )
