@@ -1,4 +1,4 @@
-"""`aw-mcp import openapi|mcp|tools-list`: write a world file from an API description or a live MCP server.
+"""`aw-mcp import openapi|mcp|tools-list|recording`: write a world file from an API description or a live MCP server.
 
 Warnings (each naming the JSON pointer or tool it is about) go to stderr as they arise; the written file always
 passes `aw-mcp validate`, because it is validated before it is written.
@@ -18,6 +18,7 @@ from aw_mcp.core.errors import UsageError
 from aw_mcp.importers.import_log import ImportLog
 from aw_mcp.importers.mcp_catalog import fetch_catalog, load_samples, read_tools_list, world_from_catalog
 from aw_mcp.importers.openapi import OperationFilter, import_openapi
+from aw_mcp.importers.recording import import_recording
 from aw_mcp.importers.world_file import check_writable, finish_world
 
 
@@ -66,6 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     saved.add_argument("file", metavar="FILE.json")
     _output_flags(saved)
     saved.set_defaults(func=run_tools_list)
+
+    recorded = kinds.add_parser(
+        "recording",
+        help="a recorded trajectory (aw-mcp mirror --record, or serve --record) as a world: its listed tools, "
+        "its real calls as examples, what they established as the state",
+    )
+    recorded.add_argument("trajectory", metavar="TRAJECTORY")
+    _output_flags(recorded)
+    recorded.set_defaults(func=run_recording)
 
 
 def _output_flags(parser: argparse.ArgumentParser) -> None:
@@ -127,3 +137,10 @@ def run_tools_list(args: argparse.Namespace) -> int:
     log = ImportLog.to_stderr()
     world = world_from_catalog(read_tools_list(args.file), log)
     return _finish(args, world, Path(args.file).name, log)
+
+
+def run_recording(args: argparse.Namespace) -> int:
+    check_writable(args.output, args.force)
+    log = ImportLog.to_stderr()
+    world = import_recording(args.trajectory, log)
+    return _finish(args, world, Path(args.trajectory).name, log)

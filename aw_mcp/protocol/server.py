@@ -271,7 +271,9 @@ def build_server(app: WorldApp) -> WorldServer:
         key = session_key(ctx)
         notifier.note(ctx, key)
         # Recorded: whether the agent re-listed after a catalog change is part of its scorecard.
-        await registry.note_listing(world_session(app, key), [t.name for t in tools])
+        await registry.note_listing(
+            world_session(app, key), [t.name for t in tools], [t.wire() for t in tools]
+        )
         await resources_changed(key, [])
         return types.ListToolsResult(tools=[types.Tool.model_validate(t.wire()) for t in tools])
 

@@ -78,6 +78,14 @@ def marked_deleted(entity: Mapping[str, Any]) -> bool:
     return entity.get("deleted") is True or (isinstance(status, str) and status.lower() in DELETED_STATUSES)
 
 
+def says_deleted(value: Any, text: str | None) -> bool:
+    """A write's answer that deletes what its arguments name: `{"deleted": true}` (no id of its own), or text (not
+    JSON) saying deleted / removed."""
+    if isinstance(value, dict):
+        return value.get("deleted") is True and "id" not in value
+    return value is None and bool(text) and _DELETED_TEXT.search(text or "") is not None
+
+
 def argument_values(arguments: Any) -> Iterator[str]:
     """Every scalar in the arguments, as text (an id is matched whatever key names it)."""
     stack = [arguments]
@@ -158,13 +166,9 @@ class Established:
         named = self.named(record.arguments)
         for ident, obj in entities(value):
             self._saw(ident, obj, record.index)
-        if record.tool not in self.read_only and len(named) == 1:
-            said_deleted = (
-                isinstance(value, dict) and value.get("deleted") is True and "id" not in value
-            ) or (value is None and bool(text) and _DELETED_TEXT.search(text or "") is not None)
-            if said_deleted:
-                (ident,) = named
-                self._saw(ident, {"deleted": True}, record.index)
+        if record.tool not in self.read_only and len(named) == 1 and says_deleted(value, text):
+            (ident,) = named
+            self._saw(ident, {"deleted": True}, record.index)
         if record.tool in self.read_only:
             self.reads[(record.tool, call_key(record.tool, record.arguments)[1])] = (
                 record.index,

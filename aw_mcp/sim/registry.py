@@ -15,6 +15,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -68,6 +69,7 @@ class SessionRegistry:
     ):
         self.world = world
         self.writer = writer
+        self._listed: list[dict[str, Any]] | None = None  # the tool definitions the trajectory last wrote
         self.max_sessions = max_sessions
         self.idle_ttl_s = idle_ttl_s
         self.clock = clock
@@ -225,11 +227,21 @@ class SessionRegistry:
         if self.journal is not None:
             self.journal.append(line)
 
-    async def note_listing(self, session: WorldSession, tools: list[str]) -> None:
+    async def note_listing(
+        self, session: WorldSession, tools: list[str], definitions: list[dict[str, Any]] | None = None
+    ) -> None:
         """Record that the session's client listed the tools (a failed write is logged: a listing is not a call,
-        and refusing to list tools would break the client for a missing audit line)."""
+        and refusing to list tools would break the client for a missing audit line). The tools' `definitions`
+        are written when they differ from those the trajectory last wrote."""
+        changed = definitions is not None and definitions != self._listed
+        if changed:
+            self._listed = definitions
         listing = ListingRecord(
-            world=self.world.name, session=session.id, before_call=session.next_index, tools=tools
+            world=self.world.name,
+            session=session.id,
+            before_call=session.next_index,
+            tools=tools,
+            definitions=definitions if changed else None,
         )
         session.listings.append(listing)
         self._keep(listing)
