@@ -176,3 +176,17 @@ async def test_behind_the_cache_a_rerun_names_the_cache(world: Path, tmp_path: P
             runs.append(([source(r) for r in results], [r.answered_by for r in read_trajectory(trajectory)]))
         assert len(server.requests) == 1  # the unmatched call asked the model once; the rerun read the cache
     assert runs == [(["recording", "model"],) * 2, (["recording", "cache"],) * 2]
+    # CI without a model server: replay-only opens no model; the recording and the cache answer everything known.
+    async with await Env.open(
+        world,
+        backend="hybrid",
+        replay=str(recording),
+        cache=str(tmp_path / "cache"),
+        cache_mode="replay-only",
+        model="m",
+        thinking=False,
+    ) as env:
+        known = [await env.call(*RECORDED[0]), await env.call("get_order", {"order_id": "ORD-2002"})]
+        unknown = await env.call("get_order", {"order_id": "ORD-3003"})
+    assert [source(r) for r in known] == ["recording", "cache"] and not any(r.is_error for r in known)
+    assert unknown.is_error
