@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aw_mcp.core.private_files import write_private_text
+from aw_mcp.eval.calibration import calibrate
 from aw_mcp.eval.scorecard import (
     CHECKS,
     OUTCOMES,
@@ -32,7 +33,7 @@ from aw_mcp.eval.scorecard import (
     scorecard_text,
     walk,
 )
-from aw_mcp.trajectory.records import CallRecord, FaultEntry, TrajectoryLine, read_lines
+from aw_mcp.trajectory.records import CallRecord, FaultEntry, TrajectoryLine, read_lines, with_shadows
 
 if TYPE_CHECKING:
     import jinja2
@@ -639,6 +640,8 @@ def html_report(summary: Summary, card: Scorecard | None = None, checks: Iterabl
             text=text_summary(summary, card),
             histogram=histogram(summary.latencies),
             timeline=timeline(summary.calls, card=card),
+            # shadow predictions (aw-mcp mirror --shadow) against the real answers: aw-mcp calibrate's figures
+            calibration=calibrate([(summary.path, with_shadows(summary.lines))]),
             # what most calls' answers are labelled with (the demo backend's notice): said once above the Calls table,
             # and on a row only when that call's differs (a demo answer replayed for other arguments)
             common_notice=Counter(c.notice for c in summary.calls if c.notice).most_common(1)[0][0]

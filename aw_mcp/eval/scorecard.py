@@ -467,7 +467,7 @@ def _sessions(trajectory: str, lines: Iterable[TrajectoryLine]) -> list[_Session
         session = by_id.setdefault(key, _Session(trajectory, key, line.world, [], []))
         if isinstance(line, ListingRecord):
             session.listings.append(line)
-        else:
+        elif isinstance(line, CallRecord):  # a shadow line is calibration's, not a call
             session.calls.append(line)
     for session in by_id.values():
         session.calls.sort(key=lambda c: c.index)

@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -272,15 +272,20 @@ class TrajectoryFormatError(UserError, ValueError):
 def read_trajectory(path: str | Path) -> Iterator[CallRecord]:
     """The call records of a trajectory file, in order, each with its shadow prediction when a later line gave
     one. Raises TrajectoryFormatError naming file and line."""
+    yield from with_shadows(read_lines(path))
+
+
+def with_shadows(lines: Iterable[TrajectoryLine]) -> list[CallRecord]:
+    """The call records of these lines, each given the prediction of a later `shadow` line about it."""
     calls: list[CallRecord] = []
     by_key: dict[tuple[str | None, int], CallRecord] = {}
-    for line in read_lines(path):
+    for line in lines:
         if isinstance(line, CallRecord):
             calls.append(line)
             by_key[(line.session, line.index)] = line
         elif isinstance(line, ShadowRecord) and (line.session, line.index) in by_key:
             by_key[(line.session, line.index)].shadow = line.shadow
-    yield from calls
+    return calls
 
 
 def read_lines(path: str | Path, warnings: list[str] | None = None) -> Iterator[TrajectoryLine]:

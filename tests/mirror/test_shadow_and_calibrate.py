@@ -144,3 +144,14 @@ def test_calibrate_fail_on_is_a_gate(
     assert "FAIL values 87.50% < 90.00%" in capsys.readouterr().err
     assert main(["calibrate", record, "--fail-on", "errors_caught=0.5"]) == 1  # no real error: not measured
     assert main(["calibrate", record, "--fail-on", "nonsense=1"]) == 2
+
+
+def test_the_html_report_has_a_calibration_section(shadowed_run: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert main(["report", str(shadowed_run["record"]), "-o", str(out)]) == 0
+    page = out.read_text()
+    section = page[page.index('<section id="calibration">') :]
+    section = section[: section.index("</section>")]
+    assert "5 of 5 real answers have a shadow prediction" in section
+    assert "<td>search_nodes</td>" in section and "75%" in section and "88%" in section  # values 0.75, 14/16
+    assert "Worst divergences" in section and "only the prediction is an error" in section
