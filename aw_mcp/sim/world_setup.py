@@ -59,7 +59,12 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
         help="model name (openai) or path / hub id / GGUF (local) (AW_MODEL); local `tiny`: a tiny random model "
         "built without weights, to try the engine (its answers are random text)",
     )
-    group.add_argument("--replay", metavar="TRAJECTORY", help="recorded trajectory answering calls (replay)")
+    group.add_argument(
+        "--replay",
+        metavar="TRAJECTORY",
+        help="recorded trajectory answering calls (replay: every call; hybrid: the calls it holds, the world model "
+        "the rest)",
+    )
     group.add_argument("--device", help="local engine device, e.g. cuda, cpu")
     group.add_argument("--dtype", help="local engine dtype, e.g. bfloat16, float32")
     group.add_argument(
