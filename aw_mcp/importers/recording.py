@@ -56,8 +56,11 @@ def examples(calls: list[CallRecord]) -> dict[str, list[dict[str, Any]]]:
     return dict(chosen)
 
 
-def established_state(calls: list[CallRecord]) -> dict[str, Any] | None:
-    """What the answers established: every entity as last seen, and the ids deleted; None when nothing."""
+def established_state(
+    calls: list[CallRecord], read_only: frozenset[str] = frozenset()
+) -> dict[str, Any] | None:
+    """What the answers established: every entity as last seen, and the ids deleted (by a write: a tool not in
+    `read_only`, as the consistency guard reads them); None when nothing."""
     seen: dict[str, dict[str, Any]] = {}
     deleted: list[str] = []
 
@@ -77,7 +80,8 @@ def established_state(calls: list[CallRecord]) -> dict[str, Any] | None:
                 deleted.remove(ident)
             seen.setdefault(ident, {"id": obj["id"]}).update(scalars(obj))
         named = {v for v in argument_values(record.arguments) if v in seen}
-        if answer is not None and len(named) == 1 and says_deleted(value, answer):
+        writes = record.tool not in read_only
+        if writes and answer is not None and len(named) == 1 and says_deleted(value, answer):
             delete(named.pop())
     if not seen and not deleted:
         return None
@@ -125,7 +129,12 @@ def import_recording(path: str | Path, log: ImportLog) -> dict[str, Any]:
         f"A simulation of what {catalog.server_name} did in the recording {catalog.source}: its tools as listed, "
         f"its real calls as examples ({len(calls)} call(s) recorded) and what they established as the state."
     )
-    state = established_state(calls)
+    read_only = frozenset(
+        tool["name"]
+        for tool in catalog.tools
+        if isinstance(tool.get("annotations"), dict) and tool["annotations"].get("readOnlyHint") is True
+    )
+    state = established_state(calls, read_only)
     if state is not None:
         world["state"] = state
     return world

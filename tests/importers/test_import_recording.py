@@ -11,11 +11,12 @@ from mcp import Client
 
 from aw_mcp import Env
 from aw_mcp.cli import main
+from aw_mcp.importers.recording import established_state
 from aw_mcp.load.world import load_world, load_world_text
 from aw_mcp.protocol.server import WorldApp, build_server
 from aw_mcp.sim.registry import SessionRegistry
 from aw_mcp.sim.simulator import Simulator
-from aw_mcp.trajectory.records import ListingRecord, TrajectoryWriter, read_lines
+from aw_mcp.trajectory.records import CallRecord, ListingRecord, TrajectoryWriter, read_lines
 from tests.conftest import ScriptedWorldModel
 from tests.fake_openai import Reply, ScriptedOpenAIServer
 
@@ -124,3 +125,17 @@ def test_a_bad_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     recording.write_text('{"type": "call", "tool": "ping"}\nnot json\n{"type": "call", "tool": "x"}\n')
     assert main(["import", "recording", str(recording), "-o", str(tmp_path / "w.yaml")]) != 0
     assert f"{recording}:2: not valid JSON" in capsys.readouterr().err
+
+
+def test_only_a_write_deletes_in_the_imported_state() -> None:
+    calls = [
+        CallRecord(index=0, tool="list", observation='[{"id": "A"}, {"id": "B"}]'),
+        CallRecord(
+            index=1, tool="history", arguments={"id": "A"}, observation="A was removed from the index once"
+        ),
+        CallRecord(index=2, tool="drop", arguments={"id": "B"}, observation="Deleted B."),
+    ]
+    assert established_state(calls, frozenset({"list", "history"})) == {
+        "records": [{"id": "A"}],
+        "deleted_ids": ["B"],
+    }
