@@ -155,3 +155,34 @@ def test_the_html_report_has_a_calibration_section(shadowed_run: dict[str, Any],
     assert "5 of 5 real answers have a shadow prediction" in section
     assert "<td>search_nodes</td>" in section and "75%" in section and "88%" in section  # values 0.75, 14/16
     assert "Worst divergences" in section and "only the prediction is an error" in section
+
+
+def test_calibrate_judge_scores_each_prediction_against_the_real_answer(
+    shadowed_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The judge (the scripted server again) sees the prediction and the real answer of each call; it scores the
+    read_graph predictions 5 on every dimension and the others 2, so the judge rate is exactly that mean."""
+    seen: list[str] = []
+
+    def judge(body: dict[str, Any], number: int) -> Reply:
+        user = body["messages"][-1]["content"]
+        seen.append(user)
+        good = "World Model Output (Simulated):**\n```\n" + json.dumps(GRAPH) in user
+        score = 5 if good else 2
+        scores = {d: score for d in ("format", "factuality", "consistency", "realism", "quality")}
+        return Reply(content=f"<final_evaluation>{json.dumps({'scores': scores})}</final_evaluation>")
+
+    with ScriptedOpenAIServer(judge) as server:
+        code = main(
+            ["calibrate", str(shadowed_run["record"]), "--json", "--judge", "--base-url", server.base_url,
+             "--model", "judge"]
+        )  # fmt: skip
+    assert code == 0
+    document = json.loads(capsys.readouterr().out)
+    assert len(seen) == 5 and all("Ground Truth (Real Output)" in s for s in seen)
+    assert (
+        document["tools"]["read_graph"]["judge"] == 1.0 and document["tools"]["search_nodes"]["judge"] == 0.25
+    )
+    assert document["world"]["judged"] == 5 and document["world"]["judge"] == round(
+        (2 * 1.0 + 3 * 0.25) / 5, 4
+    )
