@@ -82,6 +82,15 @@ class Surface:
     instructions: str | None = None
 
 
+@dataclass
+class Passthrough:
+    """What a mirror serves of the upstream besides its tools: its resources and prompts (as listed at the start),
+    requests for them forwarded to `upstream`."""
+
+    surface: Surface
+    upstream: Upstream
+
+
 class Upstream:
     """One live connection to the upstream (`async with Upstream(target) as upstream:`); every method raises
     UpstreamError or UpstreamRefusal, each within `call_timeout_s`."""

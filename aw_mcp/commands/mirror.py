@@ -15,7 +15,13 @@ import yaml
 
 from aw_mcp.backends.contract import WorldModel
 from aw_mcp.backends.preflight import preflight
-from aw_mcp.backends.upstream import DEFAULT_CALL_TIMEOUT_S, Upstream, UpstreamError, UpstreamTarget
+from aw_mcp.backends.upstream import (
+    DEFAULT_CALL_TIMEOUT_S,
+    Passthrough,
+    Upstream,
+    UpstreamError,
+    UpstreamTarget,
+)
 from aw_mcp.commands import summary
 from aw_mcp.commands.serve import (
     _on_stop,
@@ -249,7 +255,7 @@ async def _serve(
                 "pass --shadow with the model options"
             )
         bound_sessions(simulator.registry, args)
-        app = WorldApp(simulator, text)
+        app = WorldApp(simulator, text, Passthrough(surface, upstream))
         if args.scorecard:
             _on_stop.append(scorecard_writer(simulator.registry, Path(args.scorecard), label))
         if simulator.shadow is not None:

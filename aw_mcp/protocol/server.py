@@ -12,10 +12,10 @@ import logging
 import socket
 import sys
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -27,6 +27,7 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import ListenHandler, ResourceUpdated, ServerEvent, ToolsListChanged
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
+from aw_mcp.backends.upstream import Passthrough, UpstreamError, UpstreamRefusal
 from aw_mcp.core.errors import ServeError
 from aw_mcp.core.model_io import BackendError
 from aw_mcp.core.redaction import register_secret
@@ -50,6 +51,7 @@ from aw_mcp.spec.world import WorldSpec
 from aw_mcp.trajectory.records import CallRecord
 
 log = logging.getLogger("aw_mcp.protocol.server")
+T = TypeVar("T")
 
 SESSION_META_KEY = "aw/session"
 # World sessions of 2025-era HTTP transport sessions are `http-<Mcp-Session-Id>`; no `aw/session` key is.
@@ -66,6 +68,8 @@ class WorldApp:
 
     simulator: Simulator
     spec_text: str
+    # aw-mcp mirror: the upstream's resources and prompts, listed beside the world's and forwarded to it
+    passthrough: Passthrough | None = None
 
     @property
     def world(self) -> WorldSpec:
@@ -342,6 +346,8 @@ def build_server(app: WorldApp) -> WorldServer:
             types.Resource(uri=uri, name=name, title=title, description=description, mime_type=mime)
             for uri, name, title, description, mime in listed
         ]
+        if app.passthrough is not None:
+            resources += app.passthrough.surface.resources
         return types.ListResourcesResult(resources=resources)
 
     async def list_resource_templates(
@@ -349,7 +355,8 @@ def build_server(app: WorldApp) -> WorldServer:
     ) -> types.ListResourceTemplatesResult:
         """A world's resources have fixed URIs (world://spec, ...): no templates. Answered all the same, since
         `resources` is advertised and clients ask (llama-index's include_resources, the Inspector)."""
-        return types.ListResourceTemplatesResult(resource_templates=[])
+        templates = app.passthrough.surface.resource_templates if app.passthrough is not None else []
+        return types.ListResourceTemplatesResult(resource_templates=templates)
 
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
@@ -368,12 +375,27 @@ def build_server(app: WorldApp) -> WorldServer:
             session = world_session(app, session_key(ctx))
             card = score([(f"{app.world.name}/{session.id}", [*session.records, *session.listings])])
             text, mime = card.model_dump_json(indent=2), "application/json"
+        elif app.passthrough is not None:
+            return await forwarded(app.passthrough.upstream.read_resource(str(params.uri)))
         else:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {params.uri}")
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=params.uri, mime_type=mime, text=text)]
         )
 
+    async def list_prompts(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=app.passthrough.surface.prompts if app.passthrough else [])
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        if app.passthrough is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Prompt not found: {params.name}")
+        return await forwarded(app.passthrough.upstream.get_prompt(params.name, params.arguments))
+
+    prompts = app.passthrough is not None and bool(app.passthrough.surface.prompts)
     server = WorldServer(
         f"aw-mcp:{world.name}",
         version=__version__,
@@ -385,10 +407,23 @@ def build_server(app: WorldApp) -> WorldServer:
         on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,
         on_subscriptions_listen=listen,
+        on_list_prompts=list_prompts if prompts else None,
+        on_get_prompt=get_prompt if prompts else None,
     )
     server.notifier = notifier
     server.events = events
     return server
+
+
+async def forwarded(request: Awaitable[T]) -> T:
+    """An upstream's answer to a request the mirror passes through; its JSON-RPC error as it gave it, no answer as
+    an internal error saying why."""
+    try:
+        return await request
+    except UpstreamRefusal as exc:
+        raise MCPError(code=exc.code, message=exc.message) from None
+    except UpstreamError as exc:
+        raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
 
 
 def initialization_options(server: Server[Any]) -> Any:

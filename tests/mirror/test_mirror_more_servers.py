@@ -70,3 +70,28 @@ async def test_mirror_of_mcp_server_git_on_a_temporary_repository(tmp_path: Path
     command = [upstream("mcp-server-git"), "--repository", str(repo)]
     real = await check_same(command, calls, tmp_path / "run.jsonl")
     assert "two" in real[1]["content"][0]["text"]
+
+
+async def test_the_mirror_lists_and_forwards_the_upstreams_resources_and_prompts() -> None:
+    from mcp import Client
+
+    command = [upstream("mcp-server-everything"), "stdio"]
+
+    async def surface(params: Any) -> dict[str, Any]:
+        async with Client(params, mode="legacy") as client:
+            resources = (await client.list_resources()).resources
+            prompts = (await client.list_prompts()).prompts
+            first = next(r for r in resources if not str(r.uri).startswith("world://"))
+            read = await client.read_resource(str(first.uri))
+            prompt = await client.get_prompt(prompts[0].name, {} if not prompts[0].arguments else None)
+            return {
+                "resources": sorted(str(r.uri) for r in resources if not str(r.uri).startswith("world://")),
+                "prompts": [p.name for p in prompts],
+                "read": read.model_dump(mode="json"),
+                "prompt": prompt.model_dump(mode="json"),
+            }
+
+    real = await surface(direct(command))
+    mirrored = await surface(mirror(command))
+    assert real["resources"] and real["prompts"]
+    assert mirrored == real
