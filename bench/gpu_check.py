@@ -181,6 +181,7 @@ def _run_job(job: Job, budget_s: float, rows_path: Path, running: dict[str, subp
         )
         return Row(job.name, PART_ROW, TIMEOUT, round(seconds, 1), "s", f"<= {budget_s:.0f} s", note)
     running.pop(job.name)  # (on SIGTERM it stays, for run_jobs to stop and record)
+    _kill_group(proc)  # whatever the part left running (e.g. compile workers) goes with it
     reader.join(2)
     seconds = time.monotonic() - start
     if code == 0:
@@ -206,6 +207,13 @@ def _echo(proc: subprocess.Popen, tail: deque[str]) -> None:
         line = raw.decode(errors="replace").rstrip()
         tail.append(line)
         print(line, flush=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -92,10 +92,9 @@ def quant_kernels(ctx: Context) -> None:
 def bf16_kernels(ctx: Context) -> None:
     bench = Bench(ctx)
     ceilings = measure_ceilings(bench)
-    ctx.rows.info(
-        "ceilings",
-        f"copy {ceilings.bandwidth / 1e12:.2f} TB/s, bf16 matmul {ceilings.flops / 1e12:.0f} TFLOP/s",
-    )
+    source = "measured" if ctx.device.type == "cuda" else "the datasheet's (dry run)"
+    figures = f"copy {ceilings.bandwidth / 1e12:.2f} TB/s, bf16 matmul {ceilings.flops / 1e12:.0f} TFLOP/s"
+    ctx.rows.info("ceilings", f"{source}: {figures}")
     kernel_checks(bench, TINY if ctx.dry_run else REAL, ceilings)
 
 
