@@ -186,3 +186,35 @@ def test_calibrate_judge_scores_each_prediction_against_the_real_answer(
     assert document["world"]["judged"] == 5 and document["world"]["judge"] == round(
         (2 * 1.0 + 3 * 0.25) / 5, 4
     )
+
+
+def test_predictions_still_running_when_the_session_ends_are_cancelled_and_recorded_so(
+    tmp_path: Path,
+) -> None:
+    memory = [upstream("mcp-server-memory")]
+    record = tmp_path / "run.jsonl"
+
+    def never_in_time(body: dict[str, Any], number: int) -> Reply:
+        return Reply(content="**Environment Observation:**\n{}", delay_s=60)
+
+    async def drive(server: ScriptedOpenAIServer) -> None:
+        params = mirror(
+            memory,
+            "--record", str(record), "--shadow", "--base-url", server.base_url, "--model", "fake-world-model",
+            env={"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")},
+        )  # fmt: skip
+        async with Client(params, mode="legacy") as client:
+            for _ in range(3):  # two predictions running (the concurrency), one waiting for a slot
+                assert not (await client.call_tool("read_graph", {})).is_error
+            with anyio.fail_after(30):
+                while len(server.requests) < 2:
+                    await anyio.sleep(0.05)
+
+    with ScriptedOpenAIServer(never_in_time) as server:
+        anyio.run(drive, server)
+    calls = list(read_trajectory(record))
+    assert len(calls) == 3
+    assert all(
+        c.shadow is not None and c.shadow.error is not None and c.shadow.error.startswith("cancelled")
+        for c in calls
+    )
