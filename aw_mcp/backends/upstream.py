@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from mcp import ClientSession, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from aw_mcp.core.redaction import register_secret
+from aw_mcp.core.settings import child_environment
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Upstream:
             command, *args = self.target.command
             # The child gets this process's environment, as if the user had started it (the SDK's default keeps
             # only a few variables, which loses a server's own settings such as MEMORY_FILE_PATH).
-            env = self.target.env if self.target.env is not None else dict(os.environ)
+            env = self.target.env if self.target.env is not None else child_environment()
             params = StdioServerParameters(command=command, args=args, env=env)
             async with stdio_client(params, errlog=self.errlog) as streams:
                 yield streams

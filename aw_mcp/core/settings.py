@@ -133,3 +133,9 @@ def read_settings(environ: Mapping[str, str] | None = None) -> AwSettings:
         raise SettingsError(_one_line(exc)) from None
     _last = (seen, settings)
     return settings
+
+
+def child_environment() -> dict[str, str]:
+    """The whole environment, for a child process started as if the user had started it (a mirrored MCP server
+    keeps its own variables, e.g. MEMORY_FILE_PATH). The one other place the environment is read."""
+    return dict(os.environ)

@@ -194,7 +194,11 @@ def serve_args(*flags: str):
 @pytest.mark.parametrize(
     ("name", "value", "says"),
     [
-        ("AW_BACKEND", "abc", "AW_BACKEND: input should be 'openai', 'local', 'replay' or 'demo', got 'abc'"),
+        (
+            "AW_BACKEND",
+            "abc",
+            "AW_BACKEND: input should be 'openai', 'local', 'replay', 'demo' or 'hybrid', got 'abc'",
+        ),
         (
             "AW_BASE_URL",
             "gpu-box:8000",
