@@ -43,6 +43,28 @@ MAX_REMEMBERED_EVICTIONS = 10_000  # evicted keys whose owners are still told (o
 MAX_FORKS_PER_REQUEST = 256
 
 
+# Arguments past this many JSON values are rendered into the prompt and the history off the event loop (an
+# indented JSON dump of 4,000 objects, in pure Python, takes half a second on a loaded machine).
+BULKY_VALUES = 2000
+
+
+def bulky(value: Any, limit: int = BULKY_VALUES) -> bool:
+    """Whether a JSON value holds more than `limit` values (counting stops there: cheap for any size)."""
+    stack, seen = [value], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and len(node) > limit * 16:  # a long text renders slowly too
+            return True
+    return False
+
+
 class ForkPointError(ValueError):
     """`--at K` names a call the recorded session does not have."""
 
@@ -262,7 +284,10 @@ class SessionRegistry:
                 except (OSError, ValueError) as exc:
                     raise RecordingError(f"the trajectory could not be written: {exc}") from exc
             self._keep(record)
-            session.add(record)
+            if bulky(record.arguments):  # the history renders the turn: off the loop for big arguments
+                await anyio.to_thread.run_sync(session.add, record)
+            else:
+                session.add(record)
 
     def resume(self, path: str | Path, at: int | None = None) -> int:
         """Load a recorded trajectory; the default session continues the last recorded one. Returns calls loaded.

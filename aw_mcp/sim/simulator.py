@@ -54,7 +54,7 @@ from aw_mcp.sim.consistency import Guard
 from aw_mcp.sim.fault_planner import Planner
 from aw_mcp.sim.ledger import Entry
 from aw_mcp.sim.progress import Reporter, monotonic
-from aw_mcp.sim.registry import SessionRegistry
+from aw_mcp.sim.registry import SessionRegistry, bulky
 from aw_mcp.sim.session import RecordingError, WorldSession
 from aw_mcp.spec.injections import BUILTIN_INJECTIONS
 from aw_mcp.spec.world import ModelSettings, ToolSpec, WorldSpec
@@ -433,7 +433,13 @@ class Simulator:
         tool, session = call.tool, call.session
         budget = prompt_budget(self.context_tokens, self.params.max_tokens)
         system = self.system_prompt(session, tool.name)
-        fitted = session.fit(system, tool.name, call.arguments, notes, budget, ledger)
+        # Big arguments are rendered off the loop, when no other call of the session could touch it meanwhile.
+        if bulky(call.arguments) and session.busy <= 1:
+            fitted = await anyio.to_thread.run_sync(
+                session.fit, system, tool.name, call.arguments, notes, budget, ledger
+            )
+        else:
+            fitted = session.fit(system, tool.name, call.arguments, notes, budget, ledger)
         if fitted is None:
             return Answer(
                 f"This call to {tool.name} cannot be simulated: its prompt alone needs more than the world "

@@ -9,8 +9,9 @@ pair of items. Here each check gets a `CheckBudget` (a context manager):
   error is handed out as a copy with its own path, as jsonschema would have built it (contexts are shared, so
   their errors' parents are not: `best_problem` computes the path of a nested error itself). A schema with a
   `$dynamicRef` depends on the path it was reached by and is not memoized (the budget still bounds it);
-- every keyword evaluation is a step: past MAX_CHECK_STEPS, or past the check's deadline, the check stops with
-  `CheckBudgetError` naming the keyword it was at, which the caller turns into one clear error;
+- every keyword evaluation is a step: past MAX_CHECK_STEPS, or past the check's deadline (both much smaller for a
+  check on an event loop), the check stops with `CheckBudgetError` naming the keyword it was at, which the caller
+  turns into one clear error;
 - `uniqueItems` hashes each item's canonical JSON form (linear); `multipleOf` falls back to exact fractions where
   floats overflow (an `Infinity` never gets here: arguments must be JSON numbers); a `format: regex` value is
   parsed by RE2 (linear) or, for the backreferences and lookaround RE2 lacks, by Python's parser, and only up to
@@ -22,6 +23,7 @@ internal error of the call.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import heapq
 import math
@@ -37,8 +39,15 @@ import re2
 from jsonschema import _keywords
 from jsonschema.exceptions import ValidationError, relevance
 
-MAX_CHECK_STEPS = 2_000_000  # keyword evaluations in one check (a 50 KB argument takes ~30,000)
-CHECK_SECONDS = 2.0  # wall time for one check; a check off the event loop may take this long at most
+from aw_mcp.spec.schema_walk import children, lookup, schema_registry, walk
+
+# Keyword evaluations and wall time for one check. On an event loop (a small answer, checked inline) it must stay
+# short: every session waits meanwhile. Elsewhere (a worker thread: arguments, big answers; a world file's examples
+# at load) a 2.4 MB answer of 60,000 objects takes ~1,000,000 steps and seconds on a loaded machine.
+MAX_CHECK_STEPS = 20_000_000
+CHECK_SECONDS = 30.0
+MAX_CHECK_STEPS_ON_LOOP = 200_000  # a 64 KB answer takes ~40,000
+CHECK_SECONDS_ON_LOOP = 0.5
 MAX_REGEX_FORMAT_CHARS = 32_768  # a `format: regex` value longer than this is refused, not compiled
 _TIME_EVERY = 1024  # steps between two looks at the clock
 _RE2_OPTIONS = re2.Options()
@@ -57,12 +66,17 @@ class CheckBudgetError(Exception):
 class CheckBudget:
     """The memo and the counters of one check; `with CheckBudget(...):` makes it the current check."""
 
-    def __init__(self, steps: int | None = None, seconds: float | None = None, memoize: bool = True) -> None:
-        self.steps = steps if steps is not None else MAX_CHECK_STEPS
+    def __init__(
+        self, steps: int | None = None, seconds: float | None = None, shared: frozenset[int] = frozenset()
+    ) -> None:
+        on_loop = _on_event_loop()
+        self.steps = steps if steps is not None else (MAX_CHECK_STEPS_ON_LOOP if on_loop else MAX_CHECK_STEPS)
         self.steps_left = self.steps
-        self.seconds = seconds if seconds is not None else CHECK_SECONDS
+        self.seconds = (
+            seconds if seconds is not None else (CHECK_SECONDS_ON_LOOP if on_loop else CHECK_SECONDS)
+        )
         self.deadline = 0.0
-        self.memoize = memoize
+        self.shared = shared  # the subschemas whose results are memoized (`shared_subschemas`)
         self.memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._token: contextvars.Token[CheckBudget | None] | None = None
 
@@ -87,8 +101,6 @@ class CheckBudget:
     def remember(self, key: tuple[Any, ...], compute: Callable[[], Any], *alive: Any) -> Any:
         """`compute()`, once per key in this check. `alive`: the objects whose ids are in the key, kept until the
         check ends so that no id is reused by another object meanwhile."""
-        if not self.memoize:
-            return compute()
         hit = self.memo.get(key)
         if hit is not None:
             return hit[0]
@@ -98,6 +110,15 @@ class CheckBudget:
 
 
 _CURRENT: contextvars.ContextVar[CheckBudget | None] = contextvars.ContextVar("aw_check_budget", default=None)
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread runs an event loop (a worker thread of `anyio.to_thread` does not)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def current_budget() -> CheckBudget | None:
@@ -141,8 +162,9 @@ def _replayed(error: ValidationError, path: Any, schema_path: Any) -> Validation
 
 
 class _View:
-    """The validator as one keyword sees it: `descend`, `is_valid`, `iter_errors` and references go through the
-    check's memo; everything else is the validator's own."""
+    """The validator as one descending keyword sees it: `descend`, `is_valid`, `iter_errors` and references count
+    against the check's budget, and those reaching a shared subschema go through its memo; everything else is the
+    validator's own."""
 
     __slots__ = ("_real", "_keyword", "_budget")
 
@@ -154,11 +176,8 @@ class _View:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
-    def _errors(self, instance: Any, schema: Any, resolver: Any) -> list[ValidationError]:
-        if schema is True:
-            return []
+    def _memoized(self, instance: Any, schema: Any, resolver: Any) -> list[ValidationError]:
         real = self._real
-        self._budget.step(self._keyword)
         key = (id(schema), id(instance), _base_uri(resolver if resolver is not None else real._resolver))
         return self._budget.remember(  # type: ignore[no-any-return]
             key, lambda: _distinct(real.descend(instance, schema, resolver=resolver)), schema, instance
@@ -167,7 +186,12 @@ class _View:
     def descend(
         self, instance: Any, schema: Any, path: Any = None, schema_path: Any = None, resolver: Any = None
     ) -> Iterator[ValidationError]:
-        return (_replayed(e, path, schema_path) for e in self._errors(instance, schema, resolver))
+        self._budget.step(self._keyword)
+        if id(schema) not in self._budget.shared:  # met once on this path: nothing to share
+            return self._real.descend(  # type: ignore[no-any-return]
+                instance, schema, path=path, schema_path=schema_path, resolver=resolver
+            )
+        return (_replayed(e, path, schema_path) for e in self._memoized(instance, schema, resolver))
 
     def evolve(self, **changes: Any) -> _View:
         return _View(self._real.evolve(**changes), self._keyword, self._budget)
@@ -176,7 +200,7 @@ class _View:
         return self.descend(instance, self._real.schema, resolver=self._real._resolver)
 
     def is_valid(self, instance: Any) -> bool:
-        return not self._errors(instance, self._real.schema, self._real._resolver)
+        return next(self.iter_errors(instance), None) is None
 
     def _validate_reference(self, ref: str, instance: Any) -> Iterator[ValidationError]:
         try:
@@ -189,23 +213,61 @@ class _View:
 Keyword = Callable[[Any, Any, Any, Any], Iterable[ValidationError] | None]
 
 
+# Keywords that apply subschemas (they get the memoizing view), and those that can raise on a value they cannot
+# take (their exception becomes the keyword's error); the others only count a step.
+DESCENDING = frozenset(
+    {
+        "$ref",
+        "$dynamicRef",
+        "additionalProperties",
+        "allOf",
+        "anyOf",
+        "contains",
+        "dependentSchemas",
+        "if",
+        "items",
+        "not",
+        "oneOf",
+        "patternProperties",
+        "prefixItems",
+        "properties",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
+MAY_RAISE = frozenset(
+    {"$ref", "$dynamicRef", "format", "multipleOf", "pattern", "patternProperties", "additionalProperties"}
+    | {"unevaluatedItems", "unevaluatedProperties", "propertyNames"}
+)
+
+
 def bounded(keyword: str, function: Keyword) -> Keyword:
     """`function` (a jsonschema keyword implementation) counted against the current check's budget, seeing the
-    memoizing view of the validator, and reporting what it raises as its own failure to check the value."""
+    memoizing view of the validator when it applies subschemas, and (where it can raise) reporting what it raises
+    as its own failure to check the value."""
+    descending = keyword in DESCENDING
 
-    def run(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Iterable[ValidationError] | None:
         budget = _CURRENT.get()
         if budget is not None:
             budget.step(keyword)
-            validator = _View(validator, keyword, budget)
+            if descending:
+                validator = _View(validator, keyword, budget)
+        return function(validator, value, instance, schema)
+
+    if keyword not in MAY_RAISE:
+        return counted
+
+    def guarded(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
         try:
-            yield from function(validator, value, instance, schema) or ()
+            yield from counted(validator, value, instance, schema) or ()
         except (CheckBudgetError, RecursionError):
             raise
         except Exception as exc:  # noqa: BLE001 -- a value the keyword cannot take is that keyword's error
             yield ValidationError(f"cannot be checked against `{keyword}` ({type(exc).__name__}: {exc})")
 
-    return run
+    return guarded
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -325,3 +387,31 @@ def non_finite_at(value: Any) -> tuple[list[str | int], float] | None:
         elif isinstance(node, list):
             stack.extend(([*path, i], item) for i, item in reversed(list(enumerate(node))))
     return None
+
+
+def shared_subschemas(schema: Any) -> frozenset[int]:
+    """The ids of the subschemas a check may apply twice to one value, so the ones worth memoizing: the targets of
+    `$ref`s and the subschemas with more than one parent (YAML aliases), plus the root. A subschema met once on the
+    only path to it is applied once per value whenever its shared ancestors are memoized. Empty when the schema
+    holds a `$dynamicRef`, whose target depends on the path taken (the budget still bounds such a check)."""
+    if not isinstance(schema, dict) or uses_dynamic_refs(schema):
+        return frozenset()
+    try:
+        registry = schema_registry(schema)
+        nodes = list(walk(schema))
+    except Exception:  # noqa: BLE001 -- malformed beyond walking: no memo (the budget still bounds it)
+        return frozenset()
+    parents: dict[int, int] = {id(schema): 2}
+    for node in nodes:
+        for child, _, _ in children(node):
+            if isinstance(child, dict):
+                parents[id(child)] = parents.get(id(child), 0) + 1
+        ref = node.schema.get("$ref")
+        if isinstance(ref, str):
+            try:
+                target = lookup(registry, node.base, ref)
+            except Exception:  # noqa: BLE001 -- a dangling ref is reported by the load checks
+                continue
+            if isinstance(target, dict):
+                parents[id(target)] = parents.get(id(target), 0) + 2
+    return frozenset(key for key, count in parents.items() if count >= 2)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aw_mcp.spec.schema_check import schema_validator
+from aw_mcp.spec.schema_check import SchemaCheck
 
 
 def refused_nulls(input_schema: dict[str, Any]) -> frozenset[str]:
@@ -21,9 +21,9 @@ def refused_nulls(input_schema: dict[str, Any]) -> frozenset[str]:
     for name, schema in properties.items():
         if name in required or not isinstance(schema, dict):
             continue
-        try:
-            if not schema_validator({**schema, **defs}).is_valid(None):
+        try:  # within a check's budget (spec/check_budget.py): this runs on the event loop, at a first call
+            if SchemaCheck({**schema, **defs}).errors(None):
                 refused.add(name)
-        except Exception:  # noqa: BLE001 -- a schema too odd to try alone: the full check decides, unchanged
+        except Exception:  # noqa: BLE001 -- a schema too odd (or costly) to try alone: the full check decides
             continue
     return frozenset(refused)

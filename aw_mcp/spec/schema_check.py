@@ -37,8 +37,8 @@ from aw_mcp.spec.check_budget import (
     current_budget,
     format_,
     multiple_of,
+    shared_subschemas,
     unique_items,
-    uses_dynamic_refs,
 )
 from aw_mcp.spec.schema_walk import (
     LOOKUP_ERRORS,
@@ -412,7 +412,7 @@ def _evaluated(own: Own, validator: Any, instance: Any, schema: Any) -> set[Any]
     if validator.is_type(schema, "boolean") or not isinstance(schema, dict):
         return set()
     budget = current_budget()
-    if budget is None:
+    if budget is None or id(schema) not in budget.shared:
         return _collect(own, validator, instance, schema)
     key = (own.__name__, id(schema), id(instance), getattr(validator._resolver, "_base_uri", None))
     return budget.remember(  # type: ignore[no-any-return]
@@ -550,9 +550,9 @@ class SchemaCheck:
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.validator = schema_validator(schema)
-        self.memoize = not uses_dynamic_refs(schema)  # a $dynamicRef's target depends on the path taken
+        self.shared = shared_subschemas(schema)  # what a check memoizes (check_budget.py)
 
     def errors(self, instance: Any) -> list[ValidationError]:
         """Raises CheckBudgetError past the budget, RecursionError for a value nested too deeply."""
-        with CheckBudget(memoize=self.memoize), regex_budget():
+        with CheckBudget(shared=self.shared), regex_budget():
             return list(self.validator.iter_errors(instance))

@@ -148,10 +148,18 @@ def rebuild(
 LOOKUP_ERRORS = (referencing.exceptions.Unresolvable, LookupError, ValueError, TypeError)
 
 
+_NAMING_KEYWORDS = ("$id", "$anchor", "$dynamicAnchor")
+
+
 def schema_registry(schema: dict[str, Any]) -> referencing.Registry[Any]:
-    """The schema as a Draft 2020-12 resource at DEFAULT_BASE, crawled (its `$id`s and `$anchor`s known)."""
+    """The schema as a Draft 2020-12 resource at DEFAULT_BASE, crawled (its `$id`s and `$anchor`s known) when it
+    has any: `referencing` crawls every path through shared subschemas (YAML aliases), 2^N for N levels, and a
+    JSON pointer resolves without it."""
     resource = DRAFT202012.create_resource(schema)
-    return referencing.Registry().with_resource(DEFAULT_BASE, resource).crawl()  # type: ignore[no-any-return]
+    registry = referencing.Registry().with_resource(DEFAULT_BASE, resource)
+    if any(key in node.schema for node in walk(schema) for key in _NAMING_KEYWORDS):
+        registry = registry.crawl()
+    return registry  # type: ignore[no-any-return]
 
 
 def lookup(registry: referencing.Registry[Any], base: str, ref: str) -> Any:

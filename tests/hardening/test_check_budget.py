@@ -78,7 +78,7 @@ def test_ref_fan_out_is_linear_in_a_child_process() -> None:
 def test_a_check_past_its_budget_names_the_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
     tool = load_world_text(world_text(fan_out(6))).tool("t")
     assert tool is not None
-    monkeypatch.setattr(check_budget, "MAX_CHECK_STEPS", 10)
+    monkeypatch.setattr(check_budget, "MAX_CHECK_STEPS", 10)  # off an event loop, as here
     (problem,) = tool.argument_problems({"p": 1})
     assert problem.startswith(
         "the arguments could not be checked against inputSchema: the check took more than"

@@ -403,5 +403,7 @@ def test_world_file_fuzzer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     )
     with capsys.disabled():  # shown with or without -s
         print(f"\n{summary}")
+        for failure in failures:
+            print(f"  {failure[:300]}")
     assert not failures, "\n".join(failures[:10])
     assert counts["clean"] > FUZZ_CASES // 4 and counts["accepted"] > 0  # the mutations reach both outcomes
