@@ -20,8 +20,9 @@ import triton
 import triton.language as tl
 
 from engine import settings
+from engine.kernels.arch import launch_arch
 from engine.kernels.dequantize.triton import as_blocks, dequant_tile, geometry, value_table
-from engine.kernels.quant_matmul import reference
+from engine.kernels.quant_matmul import reference, tiles
 from engine.kernels.quant_matmul.gemv import GEMV_MAX_TOKENS, quant_gemv
 from engine.quant.formats import GGMLType
 
@@ -66,7 +67,8 @@ def tile_dot(
     return acc
 
 
-@triton.jit
+# num_tokens only bounds a mask: specialising it (divisible by 16 or not) would compile the kernel twice.
+@triton.jit(do_not_specialize=["num_tokens"])
 def _gemm_kernel(
     x_ptr,
     w_ptr,
@@ -113,19 +115,31 @@ def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, kind: int, cols: int) ->
     return quant_gemm(x, *weight, cols)
 
 
-def _gemm_config(num_tokens: int) -> dict[str, int]:
+def quant_matmul_parts(x: torch.Tensor, parts: list[tuple[torch.Tensor, int]], cols: int) -> torch.Tensor:
+    """Same contract as `reference.quant_matmul_parts`: two quantized parts at decode sizes in one GEMV launch
+    writing one output; anything else part by part."""
+    weights = [as_blocks(blocks, kind, cols) for blocks, kind in parts]
+    if (
+        len(parts) == 2
+        and 0 < x.shape[0] <= GEMV_MAX_TOKENS
+        and all(w is not None and w[1] != _FLOAT_KINDS.get(x.dtype) for w in weights)
+    ):
+        return quant_gemv(x.contiguous(), *weights[0], cols, second=weights[1])
+    return torch.cat([quant_matmul(x, blocks, kind, cols) for blocks, kind in parts], dim=-1)
+
+
+def gemm_config(num_tokens: int, kind: int, arch: int) -> dict[str, int]:
+    """Tile and launch options of the GEMM for `num_tokens` tokens on capability `arch` (see `tiles.py`)."""
     if _INTERPRETING:
         return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4)
-    if num_tokens <= 64:
-        return dict(BLOCK_M=32, BLOCK_N=64, num_warps=4)
-    return dict(BLOCK_M=64, BLOCK_N=128, num_warps=8)
+    return tiles.launch_config(tiles.MEDIUM if num_tokens <= 64 else tiles.LARGE, (kind,), arch)
 
 
 def quant_gemm(x: torch.Tensor, blocks: torch.Tensor, kind: int, cols: int) -> torch.Tensor:
     """The prefill path (see the module docstring)."""
     num_tokens, num_rows = x.shape[0], blocks.shape[0]
     type_size, subs = geometry(kind)
-    cfg = _gemm_config(num_tokens)
+    cfg = gemm_config(num_tokens, kind, launch_arch(x.device))
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     out = torch.empty(num_tokens, num_rows, dtype=x.dtype, device=x.device)
     _gemm_kernel[(triton.cdiv(num_tokens, block_m), triton.cdiv(num_rows, block_n))](

@@ -19,8 +19,10 @@ import triton
 import triton.language as tl
 
 from engine import settings
+from engine.kernels.arch import launch_arch
 from engine.kernels.dequantize.triton import as_blocks, geometry, value_table
 from engine.kernels.moe_align.triton import moe_align
+from engine.kernels.quant_matmul import tiles
 from engine.kernels.quant_matmul.triton import tile_dot
 from engine.kernels.quant_moe import reference
 from engine.kernels.quant_moe.pairs import routed_pairs as quant_moe_pairs
@@ -38,7 +40,8 @@ def _silu_mul(gate, up, dtype: tl.constexpr):
     return gate * tl.sigmoid(gate) * up
 
 
-@triton.jit
+# num_pairs only bounds a mask: specialising it (divisible by 16 or not) would compile each kernel twice.
+@triton.jit(do_not_specialize=["num_pairs"])
 def _gate_up_kernel(
     x_ptr,
     gate_ptr,
@@ -90,7 +93,7 @@ def _gate_up_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs"])
 def _down_kernel(
     act_ptr,
     down_ptr,
@@ -166,15 +169,13 @@ def quant_moe(
     return path(x.contiguous(), *gate_w, *up_w, *down_w, topk_weights, topk_ids)
 
 
-def _block_config(num_pairs: int) -> dict[str, int]:
-    """Larger M tiles as the pairs per expert grow (each decoded weight tile feeds more rows)."""
+def block_config(num_pairs: int, kinds: tuple[int, ...], arch: int) -> dict[str, int]:
+    """Larger M tiles as the pairs per expert grow (each decoded weight tile feeds more rows); the stages for
+    `kinds` on capability `arch` (see `engine/kernels/quant_matmul/tiles.py`)."""
     if _INTERPRETING:
         return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4)
-    if num_pairs <= 512:
-        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4)
-    if num_pairs <= 8192:
-        return dict(BLOCK_M=32, BLOCK_N=64, num_warps=4)
-    return dict(BLOCK_M=64, BLOCK_N=128, num_warps=8)
+    tile = tiles.SMALL if num_pairs <= 512 else tiles.MEDIUM if num_pairs <= 8192 else tiles.LARGE
+    return tiles.launch_config(tile, kinds, arch)
 
 
 def quant_moe_grouped(
@@ -193,7 +194,9 @@ def quant_moe_grouped(
     n_experts, inter = gate.shape[0], gate.shape[1]
     hidden = x.shape[-1]
     num_pairs = num_tokens * top_k
-    cfg = _block_config(num_pairs)
+    arch = launch_arch(x.device)
+    cfg = block_config(num_pairs, (gate_kind, up_kind), arch)
+    down_cfg = block_config(num_pairs, (down_kind,), arch)  # the same tile; its own stages
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     sorted_pairs, block_expert, padded_len = moe_align(topk_ids, n_experts, block_m)
     m_blocks = block_expert.numel()
@@ -209,6 +212,6 @@ def quant_moe_grouped(
     per_pair = torch.empty(num_pairs, hidden, dtype=x.dtype, device=x.device)
     _down_kernel[(m_blocks, triton.cdiv(hidden, block_n))](
         act, down, lut, per_pair, topk_weights.contiguous(), sorted_pairs, block_expert, padded_len, num_pairs,
-        hidden, inter, down.shape[-1], **_kind_args("DOWN", down_kind), UPCAST=upcast, **cfg,
+        hidden, inter, down.shape[-1], **_kind_args("DOWN", down_kind), UPCAST=upcast, **down_cfg,
     )  # fmt: skip
     return per_pair.view(num_tokens, top_k, hidden).sum(1)
