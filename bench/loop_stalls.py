@@ -87,7 +87,7 @@ async def main() -> None:
     unique = simulator({"type": "object", "properties": {"a": {"uniqueItems": True}}})
     regex = simulator({"type": "object", "properties": {"r": {"format": "regex"}}})
     objects = [{"i": i, "name": f"item {i}"} for i in range(4000)]
-    alternation = "|".join(f"word{i}" for i in range(400_000))
+    alternation = "|".join(f"x{i}" for i in range(550_000))
     folder = Path(tempfile.mkdtemp())
     (folder / "p" / "mcp").mkdir(parents=True)
     (folder / "p" / "mcp" / "system_prompt.txt").write_text(
