@@ -12,6 +12,7 @@ from aw_mcp.prompt.render import (
     render_state,
     render_system_prompt,
     render_tool_definitions,
+    scoped_facts,
 )
 from aw_mcp.spec.source import PathKey
 from aw_mcp.spec.world import WorldSpec
@@ -29,14 +30,16 @@ def prompt_size_problems(world: WorldSpec, template: str | None = None) -> list[
     form = catalog_form(world, template, budget)
     called = largest_tool(world) if form is CatalogForm.COMPACT else None
     system = render_system_prompt(world, world.now or "2026-01-01T00:00:00Z", template, form, called)
-    chars = len(system) + len(world.screen or "") + len(world.task or "") + FIRST_TURN_CHARS
+    # A fact scoped to a tool is said again in that tool's action turn (transcript.py): the largest such repeat.
+    repeated = max((sum(len(f) + 1 for f in scoped_facts(world, t.name)) for t in world.tools), default=0)
+    chars = len(system) + len(world.screen or "") + len(world.task or "") + FIRST_TURN_CHARS + repeated
     needed = int(chars / CHARS_PER_TOKEN)
     if needed <= budget:
         return []
     parts = {
         "description": len(world.description),
         "tools": len(render_tool_definitions(world, form, called) + render_demonstrations(world)),
-        "facts": len(render_facts(world)),
+        "facts": len(render_facts(world)) + repeated,
         "state": len(render_state(world)),
         "screen": len(world.screen or ""),
         "task": len(world.task or ""),

@@ -153,3 +153,12 @@ def test_a_prompts_folder_serve_would_refuse_is_an_error_at_validate(
     path.write_text(f"{HEAD}prompts: {folder}\n")
     errors = [str(i) for i in validate_paths([path]) if i.severity == "error"]
     assert len(errors) == 1 and errors[0].startswith(f"{path}:3: prompts: ") and expected in errors[0], errors
+
+
+def test_a_fact_said_again_in_its_tools_turn_counts_in_the_fit() -> None:
+    """Found by the fuzzer: a 250,000-character fact scoped to a tool fit the system prompt, but is repeated in that
+    tool's action turn, so every call to it was refused for its size after the world validated."""
+    fact = "n" * 250_000
+    message = refusal(f'{HEAD}facts: [{{text: "{fact}", tools: [t]}}]\n')
+    assert "w.yaml:3: facts: the world's own text needs about" in message and "`facts` alone" in message
+    load_world_text(f'{HEAD}facts: ["{fact}"]\n')  # said once (no tools): it fits
