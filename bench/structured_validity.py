@@ -40,7 +40,9 @@ from aw_mcp.core.model_io import GenerationParams  # noqa: E402
 from aw_mcp.load.world import load_world  # noqa: E402
 from aw_mcp.prompt.constraint import ERROR_BODY_SCHEMA, error_text_regex  # noqa: E402
 from aw_mcp.sim.simulator import Simulator, looks_like_error  # noqa: E402
-from aw_mcp.spec.world import ToolSpec, WorldSpec, schema_validator  # noqa: E402
+from aw_mcp.spec.schema_check import schema_validator  # noqa: E402
+from aw_mcp.spec.schema_walk import LocalRefs  # noqa: E402
+from aw_mcp.spec.world import ToolSpec, WorldSpec  # noqa: E402
 from engine.testing.bounded import bounded  # noqa: E402
 
 ERROR_TEXT_CAP = 40
@@ -85,10 +87,15 @@ def structured_worlds() -> list[WorldSpec]:
     return worlds
 
 
-def example_value(schema: Any) -> Any:
-    """A small value valid for a simple input schema (enough for the tools here without examples)."""
+def example_value(schema: Any, refs: LocalRefs | None = None) -> Any:
+    """A small value valid for a simple input schema (enough for the tools here without examples); local `$ref`s
+    (an imported world's shared `$defs`) resolved against the root schema."""
+    if refs is None:
+        refs = LocalRefs(schema)
     if not isinstance(schema, dict):
         return "x"
+    if isinstance(schema.get("$ref"), str):
+        return example_value(refs.get(schema["$ref"], {}), refs)
     for key in ("const", "default"):
         if key in schema:
             return schema[key]
@@ -98,12 +105,12 @@ def example_value(schema: Any) -> Any:
         return schema["enum"][0]
     for key in ("oneOf", "anyOf"):
         if schema.get(key):
-            return example_value(schema[key][0])
+            return example_value(schema[key][0], refs)
     kind = schema.get("type", "string")
     kind = kind[0] if isinstance(kind, list) else kind
     if kind == "object":
         required = schema.get("required", [])
-        return {name: example_value(schema.get("properties", {}).get(name, {})) for name in required}
+        return {name: example_value(schema.get("properties", {}).get(name, {}), refs) for name in required}
     if kind in ("integer", "number"):
         return max(1, schema.get("minimum", 1))
     if kind == "boolean":
