@@ -61,11 +61,14 @@ def stages(tile: Tile, kinds: tuple[int, ...], arch: int) -> int:
     return min(_FEWER_STAGES.get((tile, GGMLType(kind)), (3, 3))[column] for kind in kinds)
 
 
+# (tile, type) -> warps, where the tile's own spill: Q6_K decodes each weight from two loads, and on the [32 x 64]
+# tile over 4 warps the grouped gate/up and down kernels spilled 64-128 B (sm_86/89/90/120); over 8, none.
+_MORE_WARPS = {(MEDIUM, GGMLType.Q6_K): 8}
+
+
 def launch_config(tile: Tile, kinds: tuple[int, ...], arch: int) -> dict[str, int]:
     """The kernel's BLOCK_M, BLOCK_N and launch options."""
+    warps = max(_MORE_WARPS.get((tile, GGMLType(kind)), tile.num_warps) for kind in kinds)
     return dict(
-        BLOCK_M=tile.block_m,
-        BLOCK_N=tile.block_n,
-        num_warps=tile.num_warps,
-        num_stages=stages(tile, kinds, arch),
+        BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, num_warps=warps, num_stages=stages(tile, kinds, arch)
     )
