@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.kernels.dequantize import dequantize
-from engine.kernels.quant_matmul import quant_matmul
+from engine.kernels.quant_matmul import quant_matmul, quant_matmul_parts
 from engine.kernels.quant_moe import quant_moe
 from engine.quant.formats import FLOAT_TYPES, GGMLType
 
@@ -99,8 +99,10 @@ class QuantizedWeight:
         flat = x.reshape(-1, x.shape[-1])
         if self.in_perm is not None:
             flat = flat.index_select(-1, self.in_perm)
-        outs = [part.matmul(flat) for part in self.parts]
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+        if len(self.parts) == 1:
+            out = self.parts[0].matmul(flat)
+        else:  # one launch for two parts at decode sizes on a GPU, not one per part and a cat
+            out = quant_matmul_parts(flat, [(p.data, int(p.kind)) for p in self.parts], self.parts[0].cols)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -106,3 +106,26 @@ class _Recorder:
     def __getitem__(self, grid):
         self.launched.append(self.kernel.fn.__name__)
         return self.kernel[grid]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [(GGMLType.Q5_K, GGMLType.Q4_K), (GGMLType.Q4_K, GGMLType.Q6_K)], ids=str
+)
+@pytest.mark.parametrize("tokens", [1, 9])
+def test_two_part_weight_in_one_launch(
+    first: GGMLType, second: GGMLType, tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fused projection stored as two types (the DeltaNet input projection is Q5_K + Q4_K in Q4_K_M): one
+    launch writes both parts' rows side by side, as the reference's per-part products concatenated."""
+    parts = [
+        (_blocks(first, 512, rows=40, seed=1), int(first)),
+        (_blocks(second, 512, rows=24, seed=2), int(second)),
+    ]
+    x = torch.randn(tokens, 512)
+    launched: list[str] = []
+    monkeypatch.setattr(gemv, "_gemv_kernel", _Recorder(gemv._gemv_kernel, launched))
+    out = quant_triton.quant_matmul_parts(x, parts, 512)
+    assert launched == ["_gemv_kernel"] and out.shape == (tokens, 64)
+    assert_close(
+        out, reference.quant_matmul_parts(x, parts, 512), RATIO[torch.float32], f"{first.name}+{second.name}"
+    )

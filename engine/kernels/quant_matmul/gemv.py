@@ -5,7 +5,7 @@ partial sums, no host sync: one launch per weight, capturable in a CUDA graph.
 
 The layout (`decode_layout`) trades registers for reuse and for parallelism. Per step a lane decodes 32 values
 of 2 rows at 1-2 tokens (the x values it loads serve both rows), 16 values of 2 rows at 3-4 tokens, 8 values of 4
-rows beyond (2 for the 16-bit-word types at 9-16 tokens), so that the x registers (values x tokens) stay bounded
+rows beyond (2 for the register-hungry types at 9-16 tokens), so that the x registers (values x tokens) stay bounded
 and nothing spills. A weight with few rows (MoE experts, most
 projections at hidden 2048) would leave the GPU a few warps per SM, each walking the whole K loop: its rows then
 get more lanes, `split` groups of them taking every `split`-th step (split-K inside the program, summed by the
@@ -39,8 +39,9 @@ TARGET_WARPS = 4096
 
 # The interpreter pays per op and program, not per element: 4x the rows per thread, a quarter of the programs.
 _ROWS_SCALE = 4 if settings.triton_interpret() else 1
-# Types whose words hold fewer weights (more live registers per weight): 2 rows a thread at 9-16 tokens, not 4.
-_WIDE_WORDS = frozenset({GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.F32})
+# Types whose decode keeps more registers live per weight (words of fewer weights, Q5_K's fifth bits): 2 rows a
+# thread at 9-16 tokens, not 4 (4 spill on some card: Q8_0 everywhere, Q5_K on sm_120).
+_WIDE_WORDS = frozenset({GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.F32})
 
 
 class Layout(NamedTuple):
@@ -95,25 +96,11 @@ def rows_dot(x_rows, w_ptr, tab_ptr, off, cols, expo, KIND: tl.constexpr, W: tl.
 
 
 @triton.jit
-def _gemv_kernel(
-    x_ptr,
-    w_ptr,
-    tab_ptr,
-    out_ptr,
-    num_tokens,
-    num_rows,
-    cols,
-    row_bytes,
-    KIND: tl.constexpr,
-    W: tl.constexpr,
-    L: tl.constexpr,
-    KS: tl.constexpr,
-    NT: tl.constexpr,
-    R: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    EVEN_K: tl.constexpr,
-):
-    rows = tl.program_id(0) * (R * NT) + tl.arange(0, R)[:, None] * NT + tl.arange(0, NT)[None, :]  # [R, NT]
+def _part(x_ptr, w_ptr, tab_ptr, out_ptr, block, num_tokens, num_rows, first_col, out_cols, cols, row_bytes,
+          KIND: tl.constexpr, W: tl.constexpr, L: tl.constexpr, KS: tl.constexpr, NT: tl.constexpr,
+          R: tl.constexpr, BLOCK_T: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    """Block `block` of R * NT rows of one weight, into output columns first_col + row."""
+    rows = block * (R * NT) + tl.arange(0, R)[:, None] * NT + tl.arange(0, NT)[None, :]  # [R, NT]
     tokens = tl.arange(0, BLOCK_T)
     # Rows and tokens past the ends read the last ones (no masks in the loop); their results are not stored.
     off = (tl.minimum(rows, num_rows - 1).to(tl.int64) * row_bytes)[None, None, :, :]
@@ -125,10 +112,57 @@ def _gemv_kernel(
         KIND, W, L, KS, BLOCK_T, R, NT, EVEN_K,
     )  # fmt: skip
     tl.store(
-        out_ptr + tokens[:, None, None] * num_rows + rows[None, :, :],
+        out_ptr + tokens[:, None, None] * out_cols + first_col + rows[None, :, :],
         out.to(out_ptr.dtype.element_ty),
         mask=(tokens < num_tokens)[:, None, None] & (rows < num_rows)[None, :, :],
     )
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,
+    w_ptr,
+    w2_ptr,
+    tab_ptr,
+    out_ptr,
+    num_tokens,
+    num_rows,
+    rows2,
+    cols,
+    row_bytes,
+    row_bytes2,
+    KIND: tl.constexpr,
+    W: tl.constexpr,
+    KIND2: tl.constexpr,
+    W2: tl.constexpr,
+    L: tl.constexpr,
+    KS: tl.constexpr,
+    NT: tl.constexpr,
+    R: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    PARTS: tl.constexpr,
+):
+    # PARTS == 2: a fused projection stored as two types (rows2 more rows at w2_ptr): one launch, one output.
+    block = tl.program_id(0)
+    out_cols = num_rows + rows2
+    if PARTS == 1:
+        _part(
+            x_ptr, w_ptr, tab_ptr, out_ptr, block, num_tokens, num_rows, 0, out_cols, cols, row_bytes,
+            KIND, W, L, KS, NT, R, BLOCK_T, EVEN_K,
+        )  # fmt: skip
+    else:
+        first_blocks = tl.cdiv(num_rows, R * NT)
+        if block < first_blocks:
+            _part(
+                x_ptr, w_ptr, tab_ptr, out_ptr, block, num_tokens, num_rows, 0, out_cols, cols, row_bytes,
+                KIND, W, L, KS, NT, R, BLOCK_T, EVEN_K,
+            )  # fmt: skip
+        else:
+            _part(
+                x_ptr, w2_ptr, tab_ptr, out_ptr, block - first_blocks, num_tokens, rows2, num_rows, out_cols,
+                cols, row_bytes2, KIND2, W2, L, KS, NT, R, BLOCK_T, EVEN_K,
+            )  # fmt: skip
 
 
 def aligned(blocks: torch.Tensor, kind: int) -> torch.Tensor:
@@ -139,16 +173,28 @@ def aligned(blocks: torch.Tensor, kind: int) -> torch.Tensor:
     return blocks.clone()
 
 
-def quant_gemv(x: torch.Tensor, blocks: torch.Tensor, kind: int, cols: int) -> torch.Tensor:
+def quant_gemv(
+    x: torch.Tensor,
+    blocks: torch.Tensor,
+    kind: int,
+    cols: int,
+    second: tuple[torch.Tensor, int] | None = None,
+) -> torch.Tensor:
     """x [T <= GEMV_MAX_TOKENS, cols] contiguous; blocks uint8 [N, row_bytes] contiguous -> x @ W.T [T, N] in
-    x.dtype."""
+    x.dtype. `second` (blocks [N2, row_bytes2], kind): more rows of the same weight, stored in another type,
+    computed in the same launch: [T, N + N2]."""
     num_tokens, num_rows = x.shape[0], blocks.shape[0]
     blocks = aligned(blocks, kind)
-    layout = decode_layout(num_tokens, num_rows, cols, kind)
-    out = torch.empty(num_tokens, num_rows, dtype=x.dtype, device=x.device)
-    _gemv_kernel[(triton.cdiv(num_rows, layout.block_rows),)](
-        x, blocks, pair_table(x.device), out, num_tokens, num_rows, cols, blocks.shape[1],
-        KIND=int(kind), W=layout.words(kind), L=layout.lanes, KS=layout.split, NT=layout.row_threads,
-        R=layout.rows_per_thread, BLOCK_T=layout.block_t, EVEN_K=cols % STEP_COLS == 0, num_warps=NUM_WARPS,
+    blocks2, kind2 = (blocks, kind) if second is None else (aligned(second[0], second[1]), second[1])
+    rows2 = 0 if second is None else blocks2.shape[0]
+    wide = kind2 if GGMLType(kind2) in _WIDE_WORDS else kind  # the layout suits the more register-hungry part
+    layout = decode_layout(num_tokens, num_rows + rows2, cols, wide)
+    out = torch.empty(num_tokens, num_rows + rows2, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(num_rows, layout.block_rows) + triton.cdiv(rows2, layout.block_rows),)
+    _gemv_kernel[grid](
+        x, blocks, blocks2, pair_table(x.device), out, num_tokens, num_rows, rows2, cols, blocks.shape[1],
+        blocks2.shape[1], KIND=int(kind), W=layout.words(kind), KIND2=int(kind2), W2=layout.words(kind2),
+        L=layout.lanes, KS=layout.split, NT=layout.row_threads, R=layout.rows_per_thread, BLOCK_T=layout.block_t,
+        EVEN_K=cols % STEP_COLS == 0, PARTS=1 if second is None else 2, num_warps=NUM_WARPS,
     )  # fmt: skip
     return out

@@ -6,6 +6,8 @@ This is the CPU path of a GGUF model (the Triton kernel, which dequantizes insid
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -36,3 +38,14 @@ def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, kind: int, cols: int) ->
         weight = dequantize(blocks[start : start + step], kind, cols, x.dtype)
         torch.mm(x, weight.t(), out=out[:, start : start + step])
     return out
+
+
+def quant_matmul_parts(
+    x: torch.Tensor,
+    parts: list[tuple[torch.Tensor, int]],
+    cols: int,
+    matmul: Callable[[torch.Tensor, torch.Tensor, int, int], torch.Tensor] = quant_matmul,
+) -> torch.Tensor:
+    """x @ W.T for a weight stored as row ranges of different types (a fused projection): parts [(blocks, kind)]
+    -> [T, sum of rows], each part's product by `matmul` (this reference's, or a faster path's), side by side."""
+    return torch.cat([matmul(x, blocks, kind, cols) for blocks, kind in parts], dim=-1)

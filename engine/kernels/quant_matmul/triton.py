@@ -125,7 +125,7 @@ def quant_matmul_parts(x: torch.Tensor, parts: list[tuple[torch.Tensor, int]], c
         and all(w is not None and w[1] != _FLOAT_KINDS.get(x.dtype) for w in weights)
     ):
         return quant_gemv(x.contiguous(), *weights[0], cols, second=weights[1])
-    return torch.cat([quant_matmul(x, blocks, kind, cols) for blocks, kind in parts], dim=-1)
+    return reference.quant_matmul_parts(x, parts, cols, matmul=quant_matmul)
 
 
 def gemm_config(num_tokens: int, kind: int, arch: int) -> dict[str, int]:
