@@ -7,7 +7,7 @@ cuobjdump. The K loop is the longest backward branch of the SASS; its instructio
 divided by the weights one thread handles per trip, so "instr/weight" is what each weight costs a thread, whatever
 the tokens (divide by T for the cost per weight and token).
 
-    .venv/bin/python bench/gemv_sass.py [--arch 90 89] [--tokens 1 4 16]   # ~2 minutes
+    .venv/bin/python bench/gemv_sass.py [--arch 90 89] [--tokens 1 4 16] [--types Q4_K ...]   # ~10 minutes
 """
 
 from __future__ import annotations
@@ -105,13 +105,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, nargs="+", default=[90, 89])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument(
+        "--types", nargs="+", default=[k.name for k in KINDS], choices=[k.name for k in KINDS]
+    )
     parser.add_argument("--rows", type=int, default=2048)
     parser.add_argument("--cols", type=int, default=2048)
     args = parser.parse_args()
     print(f"decode GEMV [{args.rows} x {args.cols}], bf16 x; triton {triton.__version__}")
     print("| type | T | arch | kernel | regs | stack B | K-loop instr | SHFL | instr/weight | SHFL/weight |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for kind in KINDS:
+    for kind in (GGMLType[name] for name in args.types):
         for tokens in args.tokens:
             for arch in args.arch:
                 for spec, _ in recorded_launches(arch, tokens, kind, args.rows, args.cols):

@@ -79,8 +79,11 @@ def test_every_split_works_on_the_context(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_span_caps_the_splits() -> None:
-    """A host-known span of 40 keys needs at most three splits of 16; the result is the same."""
-    assert triton.split_count(2, 40, 16) == 3 and triton.split_count(64, 32768, 64) == 4
+    """A host-known span of 40 keys (three blocks of 16) caps the splits at four, a power of two like every split
+    count (one compile per count); the result is the same."""
+    counts = {triton.split_count(2, span, 16) for span in range(1, 5000)}
+    assert triton.split_count(2, 40, 16) == 4 and counts == {1, 2, 4, 8, 16, 32, 64}
+    assert triton.split_count(64, 32768, 64) == 4
     q, keys, values, slots = _inputs(1, 4, 2, 32, 512, seed=1)
     pos = torch.tensor([39])
     want = reference.decode_attention(q, keys, values, slots, pos)

@@ -126,10 +126,11 @@ def _merge_kernel(
 
 
 def split_count(programs: int, span: int, block_n: int) -> int:
-    """Splits per (sequence, KV head): a power of two filling TARGET_PROGRAMS programs, at most one per block of
-    keys the longest sequence can have."""
+    """Splits per (sequence, KV head): a power of two filling TARGET_PROGRAMS programs, capped near one per block
+    of keys the longest sequence can have (rounded up to a power of two too: SPLITS is a compile-time constant,
+    so an eager decode whose span grows each step compiles at most seven variants)."""
     wanted = triton.next_power_of_2(max(1, TARGET_PROGRAMS // programs))
-    return max(1, min(wanted, MAX_SPLITS, triton.cdiv(span, block_n)))
+    return min(wanted, MAX_SPLITS, triton.next_power_of_2(triton.cdiv(span, block_n)))
 
 
 def decode_attention(
