@@ -34,9 +34,10 @@ from engine.quant.formats import GGMLType
 
 # The interpreter multiplies bf16 bit patterns in tl.dot (silently wrong), so it gets fp32 operands instead.
 _INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
-# Up to this many (token, expert) pairs (batch 16 at top-8) decode takes the pair path. A first guess from launch
-# counts, to be settled on a GPU: bench/gpu_check.py times both paths at T=1 and T=32.
-PAIR_PATH_MAX_PAIRS = 128
+# Up to this many (token, expert) pairs decode takes the pair path: the GEMV band's 16 tokens at top-8 plus the
+# shared expert folded in as a 9th pair (2 launches; the grouped path is 4, with 16-row tiles mostly padding at
+# these sizes). A first guess from launch counts, to be settled on a GPU: bench/gpu_check.py times both paths.
+PAIR_PATH_MAX_PAIRS = 144
 _FLOAT_KIND = {torch.float32: GGMLType.F32, torch.float16: GGMLType.F16, torch.bfloat16: GGMLType.BF16}
 
 

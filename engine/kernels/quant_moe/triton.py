@@ -29,7 +29,7 @@ from engine.kernels.quant_moe.pairs import routed_pairs as quant_moe_pairs
 
 _INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
 # Up to this many (token, expert) pairs decode takes the pair path (fused_moe's first guess, same reasoning).
-PAIR_PATH_MAX_PAIRS = 128
+PAIR_PATH_MAX_PAIRS = 144
 
 
 @triton.jit
