@@ -39,9 +39,10 @@ TARGET_WARPS = 4096
 
 # The interpreter pays per op and program, not per element: 4x the rows per thread, a quarter of the programs.
 _ROWS_SCALE = 4 if settings.triton_interpret() else 1
-# Types whose decode keeps more registers live per weight (words of fewer weights, Q5_K's fifth bits): 2 rows a
-# thread at 9-16 tokens, not 4 (4 spill on some card: Q8_0 everywhere, Q5_K on sm_120).
-_WIDE_WORDS = frozenset({GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.F32})
+# Types whose decode keeps more registers live per weight (words of fewer weights, Q5_K's fifth bits, the K-quants'
+# scale/min pairs): 2 rows a thread at 9-16 tokens, not 4 (4 spill on some card: Q8_0 everywhere, Q5_K on
+# sm_120, Q4_K 4 B on sm_90; python -m engine.kernels.aot).
+_WIDE_WORDS = frozenset({GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.F32})
 
 
 class Layout(NamedTuple):
