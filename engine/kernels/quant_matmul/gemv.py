@@ -66,7 +66,9 @@ def decode_layout(tokens: int, rows: int, cols: int, kind: int, min_row_threads:
     program), with at least `min_row_threads` rows across a program's threads."""
     block_t = triton.next_power_of_2(tokens)
     vpl = 32 if block_t <= 2 else 16 if block_t <= 4 else 8
-    per_thread = 2 if vpl >= 16 or (block_t > 8 and GGMLType(kind) in _WIDE_WORDS) else 4
+    # F32 words hold one weight: 4 rows spill (4 B on sm_90) from 5 tokens
+    wide = GGMLType(kind) == GGMLType.F32 or (block_t > 8 and GGMLType(kind) in _WIDE_WORDS)
+    per_thread = 2 if vpl >= 16 or wide else 4
     lanes = STEP_COLS // vpl
     steps = cols // STEP_COLS if cols % STEP_COLS == 0 else 1  # a partial last step: no split
     split = 1
