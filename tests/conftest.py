@@ -163,6 +163,7 @@ class ScriptedWorldModel(WorldModel):
         self.calls: list[dict[str, Any]] = []
         self.cancelled = 0
         self.closed = False
+        self.entered: anyio.Event | None = None  # see reached()
 
     async def generate(
         self,
@@ -172,6 +173,7 @@ class ScriptedWorldModel(WorldModel):
         call: CallRef | None = None,
     ) -> Generation:
         self.calls.append({"messages": messages, "params": params, "call": call})
+        self.reached().set()
         try:
             for step in range(1, self.progress_steps + 1):
                 if on_progress is not None:
@@ -193,6 +195,12 @@ class ScriptedWorldModel(WorldModel):
         if isinstance(answer, Generation):
             return answer
         return Generation(text=str(answer), completion_tokens=len(str(answer).split()))
+
+    def reached(self) -> anyio.Event:
+        """The event set once a call has reached `generate` (a test waits on it, not on a clock)."""
+        if self.entered is None:
+            self.entered = anyio.Event()
+        return self.entered
 
     async def aclose(self) -> None:
         self.closed = True
