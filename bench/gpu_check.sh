@@ -5,6 +5,7 @@
 #   bench/gpu_check.sh               # on the GPU
 #   bench/gpu_check.sh --dry-run     # on a CPU: the same parts, tiny shapes, the Triton interpreter
 #   bench/gpu_check.sh --only smoke bf16_decode
+# On a lent device: run bench/gpu_wheels.sh here first, then `run` it with carry [".whl"].
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -13,7 +14,8 @@ export OUT="${OUT:-/tmp/gpu_check}"
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
 : >"$LOG"
-# Wheels carried in .whl/ (the device README's recipe: xgrammar and its needs, which the device image lacks).
+# Wheels carried in .whl/ (written here by bench/gpu_wheels.sh: xgrammar, gguf, mcp 2.x and the rest of what the
+# code run below imports and the device image lacks; a device `run` names .whl in `carry`).
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_check_site \
     .whl/*.whl 2>&1 | tail -3 | tee -a "$LOG" && export PYTHONPATH="/tmp/gpu_check_site${PYTHONPATH:+:$PYTHONPATH}"

@@ -21,8 +21,8 @@ def env_forks(ctx: Context) -> None:
     if missing:
         ctx.rows.skip(
             "env forks",
-            f"aw_mcp needs {', '.join(missing)}, not on this image: carry their wheels in .whl/ (the device "
-            "README's recipe; bench/gpu_check.sh installs .whl/*.whl first)",
+            f"aw_mcp needs {', '.join(missing)}, not on this image: write their wheels to .whl/ with "
+            "bench/gpu_wheels.sh and carry .whl (bench/gpu_check.sh installs .whl/*.whl first)",
         )
         return
     device, tokens, calls = ("cpu", 8, 2) if ctx.dry_run else ("cuda", 64, 4)

@@ -130,9 +130,8 @@ def structured_rows(ctx: Context, llm, prompts: list[list[int]], tokens: int) ->
         ctx.rows.skip(
             "structured b8",
             f"{exc.name} is not installed here (the device image has no xgrammar, jsonschema or pydantic, and no "
-            "network): carry the wheels of xgrammar, apache-tvm-ffi, pydantic(-core), annotated-types, "
-            "typing-inspection, jsonschema(-specifications), referencing and rpds-py in .whl/ (the device "
-            "README's recipe); bench/gpu_check.sh installs .whl/*.whl first",
+            "network): write them to .whl/ with bench/gpu_wheels.sh where PyPI answers and carry .whl; "
+            "bench/gpu_check.sh installs .whl/*.whl first",
         )
         return
     from engine import SamplingParams
