@@ -20,8 +20,8 @@ import pytest
 
 from aw_mcp import Env
 from aw_mcp.cli import main
-from aw_mcp.eval.report import cut, histogram, html_report, nice_step, summarize
-from aw_mcp.trajectory.records import CallRecord, FaultEntry, ForkPoint
+from aw_mcp.eval.report import call_anchor, cut, histogram, html_report, nice_step, summarize
+from aw_mcp.trajectory.records import CallRecord, Consistency, Contradiction, FaultEntry, ForkPoint
 
 HOSTILE = "<script>alert('x')</script>&amp;\"quoted\""
 LONG_OBSERVATION = " ".join(f"word{i:03d}" for i in range(120))  # 959 characters, no word over 7
@@ -148,6 +148,32 @@ def test_long_observations_are_cut_at_a_word_and_open_in_full(tmp_path: Path) ->
     assert LONG_OBSERVATION in page.text_of("pre")  # all of it, one click away
     assert "short answer" in page.text_of("code") and len(page.text_of("details")) == 1
     assert cut("abc", 10) == "abc" and cut("x" * 30, 10) == "x" * 10 + "…"  # one long word: cut inside it
+
+
+def test_each_call_says_what_it_contradicted(tmp_path: Path) -> None:
+    """The calls table marks a contradicting answer in its row (not only in the text summary): the rule, the
+    message, a link to the call that established what it contradicts, and a redraw."""
+    deleted = Contradiction(rule="deleted", message="order ORD-7 was cancelled by call 0", earlier=0)
+    from_state = Contradiction(rule="field", message="ORD-1 status is shipped in the world's state")
+    records = [
+        call(0, tool="cancel_order", observation="cancelled"),
+        call(1, observation="ORD-7 pending", consistency=Consistency(contradictions=[deleted, from_state])),
+        call(2, observation="ORD-1 shipped", consistency=Consistency(drawn=3, kept=2)),
+        call(3, observation="fine"),
+    ]
+    _, page = render(tmp_path, records)
+    rows = {attrs["id"]: text for name, attrs, text in page.texts if name == "tr" and attrs.get("id")}
+    row1, row2, row3 = (rows[call_anchor("s1", index)] for index in (1, 2, 3))
+    assert "contradicts [deleted]: order ORD-7 was cancelled by call 0 (established by call 0)" in row1
+    assert "contradicts [field]: ORD-1 status is shipped in the world's state (the world's state)" in row1
+    assert "resampled: answer 2 of 3 drawn kept" in row2 and "contradicts" not in row2
+    assert "contradicts" not in row3 and "resampled" not in row3
+    marks = [
+        text for name, attrs, text in page.texts if name == "span" and attrs.get("class") == "contradiction"
+    ]
+    assert marks == ["contradicts"]  # the result column of call 1 only
+    links = [attrs.get("href") for name, attrs in page.elements if name == "a"]
+    assert f"#{call_anchor('s1', 0)}" in links  # the contradiction's "established by call 0"
 
 
 def test_everything_from_the_trajectory_is_escaped(tmp_path: Path) -> None:
