@@ -17,12 +17,12 @@ from pydantic import ValidationError
 
 from aw_mcp.core.errors import UserError
 from aw_mcp.importers.import_log import ImportLog
-from aw_mcp.load.world import load_world_text
+from aw_mcp.load.world import world_from_source
 from aw_mcp.prompt.fit import prompt_size_problems
 from aw_mcp.spec.issues import WorldSpecError
 from aw_mcp.spec.schema_check import dangling_ref
 from aw_mcp.spec.shared_defs import with_defs
-from aw_mcp.spec.source import MAX_EXPANDED_NODES
+from aw_mcp.spec.source import MAX_EXPANDED_NODES, SpecSyntaxError, parse_yaml
 from aw_mcp.spec.world import ToolSpec
 
 WORLD_KEY_ORDER = ("name", "description", "domain", "seed", "now", "facts", "state", "tools", "$defs")
@@ -234,8 +234,8 @@ def finish_world(
 ) -> str:
     """Validate exactly the text that will be written, then write it (or return it for stdout when `out` is
     None). A world too large for the default context is written with a warning (`subset`: how to import fewer
-    tools); one too large for a world file at all is refused, naming the same way out; any other failure is an
-    importer bug, reported with the validator's file:line messages."""
+    tools); one too large for a world file at all (its YAML nodes, bytes or text) is refused, naming the same way
+    out; any other failure is an importer bug, reported with the validator's file:line messages."""
     nodes = yaml_nodes(world)
     if nodes > MAX_EXPANDED_NODES:
         raise ImportFailure(
@@ -244,8 +244,15 @@ def finish_world(
         )
     text = world_yaml(world, header)
     label = str(out) if out is not None else "<import>"
+    try:  # the loader's bounds (file bytes, text after aliases): what `validate` would refuse is not written
+        source = parse_yaml(text, label)
+    except SpecSyntaxError as exc:
+        raise ImportFailure(
+            f"the world would be too large for a world file ({len(world.get('tools', []))} tools): {exc.message}. "
+            f"{subset or 'Import fewer tools.'}"
+        ) from None
     try:
-        spec = load_world_text(text, label, size_check=False)
+        spec = world_from_source(source, size_check=False)
     except WorldSpecError as exc:
         raise ImportFailure(
             f"the imported world does not validate (an importer bug, please report it):\n{exc}"

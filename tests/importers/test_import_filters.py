@@ -104,3 +104,18 @@ def test_a_world_too_big_for_a_world_file_is_refused_naming_the_filters(
     stderr = capsys.readouterr().err
     assert code == 1 and not out.exists() and "importer bug" not in stderr
     assert "more than a world file may hold (500)" in stderr and "--tag admin (20 operations)" in stderr
+
+
+def test_a_world_with_too_much_text_for_a_world_file_is_refused_naming_the_filters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader's text bound (4M characters after aliases) applies to the file the importer writes: before, the
+    import reported it as "an importer bug" (the validator refusing the written text)."""
+    from aw_mcp.spec import source
+
+    monkeypatch.setattr(source, "MAX_EXPANDED_CHARS", 20_000)  # a small bound stands in for 4,000,000
+    code, out = run(tmp_path, api(40, "Long. " * 60))
+    stderr = capsys.readouterr().err
+    assert code == 1 and not out.exists() and "importer bug" not in stderr
+    assert "too large for a world file (40 tools)" in stderr and "20,000 characters of text" in stderr
+    assert "--tag admin (20 operations)" in stderr
