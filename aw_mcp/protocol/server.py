@@ -103,9 +103,10 @@ def session_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
 
 
 def world_session(app: WorldApp, key: str | None) -> WorldSession:
-    """The caller's world session; a refused key (too long, no room) is an invalid-params error, not a crash."""
+    """The caller's world session, for a read or a listing (an evicted session's notice is left for its next
+    call); a refused key (too long, no room, evicted) is an invalid-params error, not a crash."""
     try:
-        return app.simulator.registry.get(key)
+        return app.simulator.registry.get(key, consume_notice=False)
     except SessionKeyError as exc:
         raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
 
@@ -274,10 +275,12 @@ def build_server(app: WorldApp) -> WorldServer:
         tools = app.simulator.catalog.tools  # catalog faults change it for the whole world
         key = session_key(ctx)
         notifier.note(ctx, key)
-        # Recorded: whether the agent re-listed after a catalog change is part of its scorecard.
-        await registry.note_listing(
-            world_session(app, key), [t.name for t in tools], [t.wire() for t in tools]
-        )
+        # Recorded: whether the agent re-listed after a catalog change is part of its scorecard. An evicted
+        # session's history is gone: its listing is not recorded, and its next call is told why.
+        if not registry.evicted(key):
+            await registry.note_listing(
+                world_session(app, key), [t.name for t in tools], [t.wire() for t in tools]
+            )
         await resources_changed(key, [])
         return types.ListToolsResult(tools=[types.Tool.model_validate(t.wire()) for t in tools])
 

@@ -4,8 +4,10 @@ forked, resumed from a trajectory, each call's record committed to the trajector
 Sessions are owned: a session made by `get` owns itself, a fork belongs to its parent's owner (its family). Forks
 make room only by evicting idle sessions of their own family, never another client's world: when the rest is
 taken by other families the fork is refused (409 over HTTP). An evicted session is remembered (up to
-MAX_REMEMBERED_EVICTIONS keys): the next request naming it is refused once with `SessionEvictedError`, saying why,
-instead of silently running on an empty history; after that, the key starts a new world."""
+MAX_REMEMBERED_EVICTIONS keys): the next call naming it is refused once with `SessionEvictedError`, saying why,
+instead of silently running on an empty history; after that, the key starts a new world. Reads naming it (the
+trajectory, faults and scorecard resources) are refused too but leave the notice for the call; a tool listing
+lists the tools and records nothing."""
 
 from __future__ import annotations
 
@@ -103,7 +105,10 @@ class SessionRegistry:
         # end (`aw-mcp serve --scorecard`); None: not kept.
         self.journal: list[TrajectoryLine] | None = None
 
-    def get(self, key: str | None = None) -> WorldSession:
+    def get(self, key: str | None = None, consume_notice: bool = True) -> WorldSession:
+        """The live session under `key`, made when there is none. For a key evicted since its last request this
+        raises SessionEvictedError; `consume_notice` False (a read: the trajectory, the faults, a scorecard)
+        raises it without using the notice up, so it is the owner's next call that is told and refused."""
         key = key or self.default_key
         if len(key) > MAX_SESSION_KEY_CHARS:
             raise SessionKeyError(
@@ -113,11 +118,15 @@ class SessionRegistry:
         self.evict_idle(now)
         session = self._sessions.get(key)
         if session is None:
-            why = self._evicted.pop(key, None)
-            if why is not None:  # told once; the request after this one starts a new world under the key
+            why = self._evicted.pop(key, None) if consume_notice else self._evicted.get(key)
+            if why is not None:  # a call is told once; the call after it starts a new world under the key
+                then = (
+                    "this request was not run, and the next one naming this session starts a new, empty world"
+                    if consume_notice
+                    else "its next tool call is refused the same way, and the one after starts a new, empty world"
+                )
                 raise SessionEvictedError(
-                    f"world session {key!r} is gone: {why}. Its history cannot be recovered; this request was not "
-                    "run, and the next one naming this session starts a new, empty world"
+                    f"world session {key!r} is gone: {why}. Its history cannot be recovered; {then}"
                 )
             if len(self._sessions) >= self.max_sessions and not self._evict_oldest_idle(
                 f"it was the least recently used idle session when the server (--max-sessions "
@@ -130,6 +139,10 @@ class SessionRegistry:
             self._owners[key] = key
         session.last_used = now
         return session
+
+    def evicted(self, key: str | None) -> bool:
+        """Whether `key` names a session evicted since its last request (its owner not told yet)."""
+        return (key or self.default_key) in self._evicted and (key or self.default_key) not in self._sessions
 
     def owner(self, key: str) -> str:
         """The key of the session that started `key`'s family (itself, unless it is a fork)."""

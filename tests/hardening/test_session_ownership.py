@@ -17,6 +17,7 @@ from mcp import Client, MCPError
 from aw_mcp import Env
 from aw_mcp.load.world import load_world_text
 from aw_mcp.protocol.http_guard import HttpOptions
+from aw_mcp.protocol.server import TRAJECTORY_URI
 from aw_mcp.sim.registry import MAX_FORKS_PER_REQUEST, SessionEvictedError, SessionRegistry
 from aw_mcp.sim.session import SessionKeyError
 from aw_mcp.sim.simulator import Simulator
@@ -105,6 +106,24 @@ async def test_over_mcp_the_evicted_client_gets_an_error_naming_the_cause() -> N
             await client.call_tool(*CANCEL, meta={"aw/session": "c"})
             with pytest.raises(MCPError, match="world session 'a' is gone"):
                 await client.call_tool(*CANCEL, meta={"aw/session": "a"})
+
+
+async def test_a_listing_or_a_read_leaves_the_eviction_notice_for_the_call() -> None:
+    """An agent that reconnects often lists the tools (or reads its trajectory) first: that must not use the
+    notice up, or its next call would run silently on an empty world. The listing answers; the read says why."""
+    async with http_world(HttpOptions(port=free_port())) as (url, simulator):
+        simulator.registry.max_sessions = 2
+        async with Client(url) as client:
+            for key in ("a", "b", "c"):
+                await client.call_tool(*CANCEL, meta={"aw/session": key})
+            listed = await client.list_tools(meta={"aw/session": "a"})
+            with pytest.raises(MCPError, match="world session 'a' is gone"):
+                await client.read_resource(TRAJECTORY_URI, meta={"aw/session": "a"})
+            with pytest.raises(MCPError, match="world session 'a' is gone"):
+                await client.call_tool(*CANCEL, meta={"aw/session": "a"})
+            fresh = await client.call_tool(*CANCEL, meta={"aw/session": "a"})  # told once: a new world now
+    assert [t.name for t in listed.tools] == ["get_order", "cancel_order"] and not fresh.is_error
+    assert simulator.registry.get("a").listings == [] and len(simulator.registry.get("a").records) == 1
 
 
 async def test_the_fork_route_reads_a_bounded_body() -> None:
