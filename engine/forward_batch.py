@@ -1,4 +1,5 @@
-"""What one model step runs: which sequences (cache slots), how many new tokens each, and where they start."""
+"""What one model step runs: which sequences (cache slots), how many new tokens each, and where they start; and the
+two copies between host and device that a step makes without waiting (`to_device` up, `HostCopy` down)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,46 @@ from dataclasses import dataclass
 import torch
 
 
-def to_device(values: Sequence[Sequence[int]], device: torch.device) -> list[torch.Tensor]:
-    """int64 tensors of `values` on `device`, in one copy: packed into one host tensor, split there. For a GPU
-    the host tensor is pinned and the copy non-blocking, so the host goes on (building the rest of the step)
-    while it runs; stream order makes every later kernel see it."""
-    host = torch.tensor([x for v in values for x in v], dtype=torch.int64)
+def to_device(
+    values: Sequence[Sequence[int | float]], device: torch.device, dtype: torch.dtype = torch.int64
+) -> list[torch.Tensor]:
+    """Tensors of `values` (`dtype`, int64 by default) on `device`, in one copy: packed into one host tensor, split
+    there. For a GPU the host tensor is pinned and the copy non-blocking, so the host goes on (building the rest of
+    the step) while it runs; stream order makes every later kernel see it."""
+    host = torch.tensor([x for v in values for x in v], dtype=dtype)
     if device.type == "cuda":
         host = host.pin_memory().to(device, non_blocking=True)
     elif device.type != "cpu":
         host = host.to(device)
     return list(host.split([len(v) for v in values]))
+
+
+class HostCopy:
+    """A device tensor's copy on its way to the host: on a GPU into pinned memory, non-blocking, with a CUDA event
+    recorded after it, so the host waits (`wait`) only when it needs the values, not when it queues the copy. The
+    event completes once the copy is done, not when later work in the stream is: kernels queued after it (the
+    next step) keep running while the host reads. On CPU the values are already on the host: no copy, no event;
+    on another device the copy is made at once (blocking)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self._event: torch.cuda.Event | None = None
+        if tensor.device.type == "cuda":
+            self._host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            self._host.copy_(tensor, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        else:
+            self._host = tensor.cpu()
+
+    def wait(self) -> torch.Tensor:
+        """The host tensor, once the copy has landed."""
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = None
+        return self._host
+
+    def tolist(self) -> list:
+        return self.wait().tolist()
 
 
 @dataclass

@@ -9,12 +9,27 @@ retire the finished. The loop itself never touches the cache: the scheduler's ca
 so a new request joins the running batch at the next step. A step that fails fails only its own sequences (their
 callers get the exception); the loop keeps serving the others.
 
-With `overlap` (on a GPU by default, `AW_OVERLAP_SCHEDULE`), the CPU work of handing out step k's tokens
-(detokenizing, stop strings, deltas, retiring) runs while the device computes step k + 1, as in SGLang's overlap
-scheduler: step k + 1 is planned and launched with step k's tokens (already on the host: the sampler's one read)
-before they are settled, and only then sampled. A sequence that step k's tokens finish has gone through step k + 1
-too: that row is dropped unsampled (its slot is free only from then on, and stream order puts any later use of
-it after). Greedy tokens are those of the serial loop; each request's last token comes one step later."""
+With `overlap` (on a GPU by default, `AW_OVERLAP_SCHEDULE`), the host never waits for the device between two
+launches, as in SGLang's overlap scheduler. Step k's sampled tokens stay on the device (`ModelRunner.sample`):
+step k + 1 takes its input ids from them (gathered by sequence, newly prefilled sequences mixed in; a CUDA graph's
+static input buffer is filled by an on-device copy), and their copy into pinned host memory is queued behind them
+with an event. Step k + 1 is planned and launched first; only then does the loop wait on that event and settle
+step k (detokenize, stop checks, deltas, retire) while the device computes step k + 1, then sample step k + 1 on
+the device and go on to plan step k + 2. A sequence that step k's tokens finish has gone through step k + 1 too:
+that row is dropped unsampled (its slot is free only from then on, and stream order puts any later use of it
+after). Greedy tokens and seeded draws are those of the serial loop; each request's last token comes one step
+later. Without overlap the same code runs and settles each step at once (on CPU the copy and event are no-ops).
+
+What needs a step's tokens on the host gets them in time without leaving that path: the next launch needs none
+(which sequences decode, their positions and slots are host state; their ids come from the device). What step
+k + 1's sampling needs from step k's tokens on the host is there, since step k is settled between the launch and
+the sampling: a grammar-constrained row's mask (its matcher accepted token k), a forced `</think>` (the thinking
+budget counts token k), a repetition penalty's seen set, the end tokens masked while a constrained answer waits,
+and which rows finished. What falls back to waiting for the copy before planning, as the serial loop does: a
+stop or abort request on a sequence whose token is unsettled (the token sampled before the stop is handed out
+first), a job between steps (`call`, `logits`: it sees every token handed out), and a failed step (the previous
+step's tokens are handed out before its sequences fail). A decode row whose token the last step's device tensor
+does not hold (none in steady operation) is uploaded from the host."""
 
 from __future__ import annotations
 
@@ -29,7 +44,7 @@ import torch
 
 from engine.forward_batch import to_device
 from engine.metrics import EngineMetrics
-from engine.model_runner import ModelRunner
+from engine.model_runner import ModelRunner, SampledTokens
 from engine.output_processor import OutputProcessor
 from engine.prefix_cache import PrefixCache
 from engine.scheduler import Scheduler, StepPlan
@@ -52,8 +67,10 @@ class LLMEngine:
         self.scheduler = scheduler
         self.processor = processor
         self.overlap = overlap
-        # The last step's sampled tokens, not yet settled (handed to their sequences): overlap only.
-        self._unsettled: dict[Sequence, int] = {}
+        # The last step's sampled tokens, on the device: the next decode's inputs. Until settled (handed to their
+        # sequences) they are also `_unsettled`; with overlap that lasts until the next step has launched.
+        self._last: SampledTokens | None = None
+        self._unsettled: SampledTokens | None = None
         self.metrics = EngineMetrics()
         self.num_steps = 0
         self.lock = threading.Lock()  # held for exactly one step (or one job between steps)
@@ -177,12 +194,10 @@ class LLMEngine:
                 rows.append(_rows(logits, done) if len(done) < len(plan.prefills) else logits)
                 stepped += [plan.prefills[i].seq for i in done]
         if plan.decodes:
-            unsettled = self._unsettled
-            tokens = [unsettled[s] if s in unsettled else s.output_ids[-1] for s in plan.decodes]
-            rows.append(runner.decode(plan.decodes, tokens))
+            rows.append(runner.decode(plan.decodes, self._last))  # input ids: the last step's, on the device
             stepped += plan.decodes
         self.scheduler.advance(plan, runner.take_snapshots(plan.saves))
-        self._settle()  # with overlap, while the device runs this step
+        self._settle()  # with overlap, the first wait for the device: this step is queued behind it
         if not stepped:
             return
         logits = rows[0] if len(rows) == 1 else torch.cat(rows)
@@ -191,19 +206,19 @@ class LLMEngine:
             return
         if len(live) < len(stepped):
             logits, stepped = _rows(logits, live), [stepped[i] for i in live]
-        tokens = runner.pick_tokens(stepped, logits, self.processor)
-        self._unsettled = dict(zip(stepped, tokens, strict=True))
+        self._last = self._unsettled = runner.sample(stepped, logits, self.processor)  # no host read
         if not self.overlap:
             self._settle()
 
     def _settle(self) -> None:
         """Hand the last step's sampled tokens to their sequences: detokenize, stop checks, deltas, retire. A
         sequence whose token breaks (its grammar, a stop check) fails alone."""
-        unsettled, self._unsettled = self._unsettled, {}
-        if not unsettled:
+        unsettled, self._unsettled = self._unsettled, None
+        if unsettled is None:
             return
+        tokens = unsettled.tolist()  # waits for the tokens' copy to the host, not for the step behind it
         now = time.monotonic()
-        for seq, token in unsettled.items():
+        for seq, token in zip(unsettled.seqs, tokens, strict=True):
             if seq.finished:  # aborted or failed meanwhile
                 continue
             self.metrics.generation_tokens.inc()
@@ -229,7 +244,7 @@ class LLMEngine:
 
     def _drop_stopped(self) -> None:
         stopped = [seq for seq in [*self.scheduler.running, *self.scheduler.waiting] if _stop_requested(seq)]
-        if any(seq in self._unsettled for seq in stopped):
+        if self._unsettled is not None and any(seq in self._unsettled for seq in stopped):
             self._settle()  # the token sampled before the stop is handed out, as without overlap
         for seq in stopped:
             if not seq.finished:
@@ -260,6 +275,7 @@ class LLMEngine:
     def _shut_down(self) -> None:
         with self.lock:
             self._settle()
+            self._last = None
             for seq in [*self.scheduler.running, *self.scheduler.waiting, *self._inbox]:
                 self._fail(seq, EngineClosed("the engine is shut down"))
             for _, future, _ in self._jobs:

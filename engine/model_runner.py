@@ -5,10 +5,14 @@ calls it. Which slot is whose, and which snapshots to take or restore, is the pl
 
 Nothing here refers back to the runner (the graphs capture a `StaticDecodeStep`, not a bound method of it): once
 the engine is dropped, reference counting alone frees the model, the cache and the graphs. Inputs go to the device
-in one pinned, non-blocking copy per forward (engine/forward_batch.py `to_device`); the step's one host read is
-the sampler's."""
+in one pinned, non-blocking copy per forward (engine/forward_batch.py `to_device`). `sample` leaves a step's tokens
+on the device (`SampledTokens`): the next `decode` takes its input ids from them (gathered by sequence, a row whose
+token is not there uploaded from the host), and their copy to the host is queued behind them, read when the step
+loop settles them (`HostCopy`: pinned memory and a CUDA event; on CPU the values are simply there)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,9 +26,9 @@ from engine.cuda_graphs import (
     compare_graph_with_eager,
     padded_batch_sizes,
 )
-from engine.forward_batch import ForwardBatch, to_device
+from engine.forward_batch import ForwardBatch, HostCopy, to_device
 from engine.output_processor import OutputProcessor
-from engine.sampling import RowSampling, sample_tokens
+from engine.sampling import RowSampling, sample_on_device
 from engine.scheduler import PrefillChunk
 from engine.sequence import Sequence
 from engine.structured import answer_pending, mask_logits, mask_stop_tokens
@@ -134,15 +138,37 @@ class ModelRunner:
         )
         return self._mask_unemittable(self.model(batch.input_ids, batch, self.cache))
 
-    def decode(self, seqs: list[Sequence], tokens: list[int] | None = None) -> torch.Tensor:
-        """fp32 logits [N, vocab] of one decode step of `seqs`, whose input tokens are `tokens` (default: each
-        one's last output token; the overlapped loop passes tokens it has not handed to the sequences yet)."""
-        tokens = [s.output_ids[-1] for s in seqs] if tokens is None else tokens
+    def decode(self, seqs: list[Sequence], last: SampledTokens | None = None) -> torch.Tensor:
+        """fp32 logits [N, vocab] of one decode step of `seqs`. Each one's input token is its row of `last` (the
+        previous step's tokens, still on the device and maybe not yet handed to the sequence), or, where `last`
+        does not hold it, its last output token from the host."""
         slots, starts = [s.slot for s in seqs], [s.num_cached for s in seqs]
         if self.static_decode:
-            return self.graph_runner(*to_device([tokens, starts, slots], self.device))
-        batch = ForwardBatch.build(slots, starts, [1] * len(seqs), self.device, input_ids=tokens)
-        return self._mask_unemittable(self.model(batch.input_ids, batch, self.cache))
+            ids, positions, slot_ids = self._input_ids(seqs, last, [starts, slots])
+            # Copied into the graph's static inputs on the device.
+            return self.graph_runner(ids, positions, slot_ids)
+        (ids,) = self._input_ids(seqs, last, [])
+        batch = ForwardBatch.build(slots, starts, [1] * len(seqs), self.device)
+        return self._mask_unemittable(self.model(ids, batch, self.cache))
+
+    def _input_ids(
+        self, seqs: list[Sequence], last: SampledTokens | None, also: list[list[int]]
+    ) -> list[torch.Tensor]:
+        """The decode's input ids on the device, then the host lists `also`, all moved in one copy: the ids are
+        `last`'s rows of the sequences (itself when they are all of it, in order), gathered on the device; only a
+        sequence `last` does not hold has its token uploaded."""
+        rows = [None if last is None else last.row_of(seq) for seq in seqs]
+        from_host = [seq.output_ids[-1] for seq, row in zip(seqs, rows, strict=True) if row is None]
+        if last is not None and not from_host and rows == list(range(len(last.seqs))):
+            return [last.ids, *(to_device(also, self.device) if also else [])]
+        if last is None:
+            return to_device([from_host, *also], self.device)
+        held = len(last.seqs)
+        spare = iter(range(held, held + len(from_host)))  # uploaded tokens follow the held ones
+        index = [row if row is not None else next(spare) for row in rows]
+        index_ids, host_ids, *rest = to_device([index, from_host, *also], self.device)
+        source = torch.cat([last.ids, host_ids]) if from_host else last.ids
+        return [source.index_select(0, index_ids), *rest]
 
     def logits(self, token_ids: torch.Tensor, slot: int) -> torch.Tensor:
         """fp32 logits [T, vocab] of every position of one sequence, run from a fresh start in `slot`."""
@@ -151,15 +177,14 @@ class ModelRunner:
         return self.model(token_ids.to(self.device), batch, self.cache, all_logits=True).cpu()
 
     @torch.inference_mode()
-    def pick_tokens(
-        self, seqs: list[Sequence], logits: torch.Tensor, processor: OutputProcessor
-    ) -> list[int]:
-        """The next token of every sequence, all rows in one batched sampler (engine/sampling.py: a single host
-        read-back for the whole step, each sampled row drawing from its own seeded generator); an exhausted thinking
-        budget forces `</think>`; rows
-        with an active grammar constraint are masked first, rows whose constrained answer waits for the thinking
-        to end have their stop tokens masked, rows with a repetition penalty penalized first (greedy ones too, as
-        in vLLM)."""
+    def sample(self, seqs: list[Sequence], logits: torch.Tensor, processor: OutputProcessor) -> SampledTokens:
+        """The next token of every sequence, all rows in one batched sampler (engine/sampling.py, each sampled row
+        drawing from its own seeded generator), left on the device with its copy to the host queued behind it:
+        nothing here waits for the device. An exhausted thinking budget forces `</think>`; rows with an active
+        grammar constraint are masked first, rows whose constrained answer waits for the thinking to end have their
+        stop tokens masked, rows with a repetition penalty penalized first (greedy ones too, as in vLLM). All of
+        that reads only host state the sequences' previous tokens have already updated (the loop settles them
+        first)."""
         constrained = [i for i, s in enumerate(seqs) if s.constraint is not None and s.constraint.active]
         pending = [i for i, s in enumerate(seqs) if answer_pending(s.constraint)]
         penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
@@ -170,19 +195,22 @@ class ModelRunner:
             mask_logits(logits, constrained, [seqs[i].constraint for i in constrained])
         if pending:
             self._mask_stops(logits, [seqs[i] for i in pending], pending, processor)
-        forced = [processor.forced_token(seq) for seq in seqs]
-        rows = [
-            None
-            if f is not None
-            else RowSampling(
-                seq.params,
-                seq.generator,
-                _seen_tokens(seq, logits.shape[-1], logits.device) if i in penalized else None,
-            )
-            for i, (seq, f) in enumerate(zip(seqs, forced, strict=True))
-        ]
-        picked = sample_tokens(logits, rows)  # the whole batch at once, one host read
-        return [f if f is not None else t for f, t in zip(forced, picked, strict=True)]
+        rows: list[RowSampling | int] = []
+        for i, seq in enumerate(seqs):
+            forced = processor.forced_token(seq)
+            if forced is not None:
+                rows.append(forced)
+                continue
+            seen = _seen_tokens(seq, logits.shape[-1], logits.device) if i in penalized else None
+            rows.append(RowSampling(seq.params, seq.generator, seen))
+        ids = sample_on_device(logits, rows)  # the whole batch at once, forced tokens in place
+        return SampledTokens(list(seqs), ids, HostCopy(ids), [seq.num_cached for seq in seqs])
+
+    def pick_tokens(
+        self, seqs: list[Sequence], logits: torch.Tensor, processor: OutputProcessor
+    ) -> list[int]:
+        """`sample`, read back at once: the step's one host read."""
+        return self.sample(seqs, logits, processor).tolist()
 
     def _mask_stops(
         self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int], processor: OutputProcessor
@@ -204,6 +232,34 @@ class ModelRunner:
 
     def _mask_unemittable(self, logits: torch.Tensor) -> torch.Tensor:
         return mask_unemittable(logits, self.emittable)
+
+
+@dataclass(eq=False)
+class SampledTokens:
+    """One step's tokens: `ids` (int64 [N] on the device, the next decode's input; nothing has read them) and
+    `host`, their copy on its way to the host (what settling reads). `cached` is each sequence's cached length when
+    sampled: its token is the decode input at that position, and only until the sequence has decoded it."""
+
+    seqs: list[Sequence]
+    ids: torch.Tensor
+    host: HostCopy
+    cached: list[int]
+    _rows: dict[Sequence, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rows = {seq: row for row, seq in enumerate(self.seqs)}
+
+    def __contains__(self, seq: Sequence) -> bool:
+        return seq in self._rows
+
+    def row_of(self, seq: Sequence) -> int | None:
+        """The sequence's row while its token here is its next decode input, else None."""
+        row = self._rows.get(seq)
+        return row if row is not None and seq.num_cached == self.cached[row] else None
+
+    def tolist(self) -> list[int]:
+        """The tokens on the host (waits for their copy)."""
+        return self.host.tolist()
 
 
 class StaticDecodeStep:

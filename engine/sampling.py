@@ -1,7 +1,8 @@
 """Sampling settings (vLLM's field names) and the batched token sampler.
 
-`sample_tokens` picks the next token of every row of a step's fp32 logits [B, vocab] in one launch sequence, with
-one host read, in vLLM's order: the repetition penalty on the raw logits (greedy rows too), greedy rows' argmax
+`sample_on_device` picks the next token of every row of a step's fp32 logits [B, vocab] in one launch sequence and
+returns them as a device tensor, read by nobody (the overlapped step loop feeds it to the next decode and copies it
+to the host behind it); `sample_tokens` is the same with its one host read. In vLLM's order: the repetition penalty on the raw logits (greedy rows too), greedy rows' argmax
 after it; sampled rows divided by their temperature, then min-p, then top-k, then top-p over the kept values, then
 one draw. Nothing loops over rows in Python and nothing sorts the vocabulary:
 * rows with a top-k take their batch's largest k (plus TIE_SLACK, so that tokens tied with the k-th value stay, as
@@ -26,6 +27,7 @@ from typing import NamedTuple
 
 import torch
 
+from engine.forward_batch import to_device
 from engine.structured import AnswerFormat
 
 TIE_SLACK = 32  # top-k candidates past the batch's largest k: ties with the k-th value stay (vLLM keeps all)
@@ -95,49 +97,72 @@ class RowSampling:
     seen: torch.Tensor | None = None
 
 
-def sample_tokens(logits: torch.Tensor, rows: Sequence[RowSampling | None]) -> list[int | None]:
-    """The next token of each row of fp32 logits [B, vocab] (ids that must never be emitted already -inf); a None row
-    (its token is forced) gets None and draws nothing. `logits` is not modified."""
+def sample_on_device(logits: torch.Tensor, rows: Sequence[RowSampling | int | None]) -> torch.Tensor:
+    """The next token of each row of fp32 logits [B, vocab] (ids that must never be emitted already -inf), as int64
+    [B] on the logits' device, without reading anything back: the overlapped step loop feeds it to the next decode
+    as it is and copies it to the host behind it. An int row is that token (forced: it draws nothing), a None row
+    gets -1. `logits` is not modified."""
     if logits.shape[0] != len(rows):
         raise ValueError(f"{logits.shape[0]} rows of logits for {len(rows)} rows of settings")
-    live = [i for i, row in enumerate(rows) if row is not None]
-    tokens: list[int | None] = [None] * len(rows)
-    if not live:
-        return tokens
-    logits = _penalized(logits, rows)
-    vocab = logits.shape[-1]
-    greedy = [i for i in live if rows[i].params.greedy]
-    windowed = [i for i in live if not rows[i].params.greedy and 0 < rows[i].params.top_k < vocab]
-    full = [i for i in live if not rows[i].params.greedy and not 0 < rows[i].params.top_k < vocab]
+    if not rows:
+        return torch.empty(0, dtype=torch.int64, device=logits.device)
+    live = [i for i, row in enumerate(rows) if isinstance(row, RowSampling)]
+    fixed = [i for i, row in enumerate(rows) if not isinstance(row, RowSampling)]
     picks = []
-    if greedy:
-        picks.append(_select(logits.argmax(-1), greedy))
-    if windowed:
-        picks.append(_sample_windowed(_select(logits, windowed), [rows[i] for i in windowed]))
-    if full:
-        picks.append(_sample_full(_select(logits, full), [rows[i] for i in full]))
-    picked = torch.cat(picks).tolist()  # the step's one host read
-    for i, token in zip(greedy + windowed + full, picked, strict=True):
-        tokens[i] = token
-    return tokens
+    if live:
+        logits = _penalized(logits, rows)
+        vocab = logits.shape[-1]
+        greedy = [i for i in live if rows[i].params.greedy]
+        windowed = [i for i in live if not rows[i].params.greedy and 0 < rows[i].params.top_k < vocab]
+        full = [i for i in live if not rows[i].params.greedy and not 0 < rows[i].params.top_k < vocab]
+        if greedy:
+            picks.append(_select(logits.argmax(-1), greedy))
+        if windowed:
+            picks.append(_sample_windowed(_select(logits, windowed), [rows[i] for i in windowed]))
+        if full:
+            picks.append(_sample_full(_select(logits, full), [rows[i] for i in full]))
+        order = greedy + windowed + full + fixed
+    else:
+        order = fixed
+    in_order = order == list(range(len(rows)))
+    if fixed or not in_order:  # the fixed tokens and the rows' places go up in one copy
+        values = [-1 if rows[i] is None else rows[i] for i in fixed]
+        fixed_ids, places = to_device([values, [] if in_order else order], logits.device)
+        if fixed:
+            picks.append(fixed_ids)
+    tokens = picks[0] if len(picks) == 1 else torch.cat(picks)
+    return tokens if in_order else torch.empty_like(tokens).index_copy_(0, places, tokens)
 
 
-def _penalized(logits: torch.Tensor, rows: Sequence[RowSampling | None]) -> torch.Tensor:
+def sample_tokens(logits: torch.Tensor, rows: Sequence[RowSampling | None]) -> list[int | None]:
+    """`sample_on_device`, read back: the next token of each row as a host int (None for a None row, whose token is
+    forced), in the step's one host read."""
+    if logits.shape[0] != len(rows):
+        raise ValueError(f"{logits.shape[0]} rows of logits for {len(rows)} rows of settings")
+    if all(row is None for row in rows):
+        return [None] * len(rows)
+    picked = sample_on_device(logits, rows).tolist()
+    return [None if row is None else token for row, token in zip(rows, picked, strict=True)]
+
+
+def _penalized(logits: torch.Tensor, rows: Sequence[RowSampling | int | None]) -> torch.Tensor:
     """The repetition penalty of every penalized row at once (as `apply_repetition_penalty`, row for row), on a copy
     when any row has one."""
-    penalized = [i for i, row in enumerate(rows) if row is not None and row.params.repetition_penalty != 1.0]
+    sampled = [(i, row) for i, row in enumerate(rows) if isinstance(row, RowSampling)]
+    penalized = [i for i, row in sampled if row.params.repetition_penalty != 1.0]
     if not penalized:
         return logits
     if any(rows[i].seen is None for i in penalized):
         raise ValueError("a row with a repetition penalty needs its `seen` token mask")
     # Stacked as bytes: torch's CPU stack of bool tensors is ~100x slower (0.4 s at 32 x 248k).
     seen = torch.stack([rows[i].seen.view(torch.uint8) for i in penalized]).view(torch.bool)
-    penalty = _upload([[rows[i].params.repetition_penalty] for i in penalized], torch.float32, logits.device)
+    penalties = [rows[i].params.repetition_penalty for i in penalized]
+    penalty = to_device([penalties], logits.device, torch.float32)[0].unsqueeze(1)
     picked = _select(logits, penalized)
     picked = torch.where(seen, torch.where(picked > 0, picked / penalty, picked * penalty), picked)
     if len(penalized) == logits.shape[0]:
         return picked
-    return logits.index_copy(0, _upload(penalized, torch.int64, logits.device), picked)
+    return logits.index_copy(0, to_device([penalized], logits.device)[0], picked)
 
 
 class _RowValues(NamedTuple):
@@ -248,7 +273,8 @@ def _row_values(rows: list[RowSampling], device: torch.device) -> _RowValues:
         )
         for row in rows
     ]
-    temperature, top_p, min_p, top_k, uniform = _upload(table, torch.float64, device).T.unsqueeze(-1)
+    flat = to_device([[value for row in table for value in row]], device, torch.float64)[0]
+    temperature, top_p, min_p, top_k, uniform = flat.view(len(rows), 5).T.unsqueeze(-1)
     return _RowValues(temperature.float(), top_p.float(), min_p.float(), top_k.long(), uniform)
 
 
@@ -256,15 +282,7 @@ def _select(tensor: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """The given rows of `tensor` (itself when they are all of them, in order)."""
     if rows == list(range(tensor.shape[0])):
         return tensor
-    return tensor.index_select(0, _upload(rows, torch.int64, tensor.device))
-
-
-def _upload(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Host values on `device`; to a GPU through pinned memory without waiting for the copy (no host sync)."""
-    tensor = torch.tensor(values, dtype=dtype)
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
+    return tensor.index_select(0, to_device([rows], tensor.device)[0])
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> None:

@@ -30,3 +30,21 @@ def hf_model(tiny_ckpt: Path):
     from transformers import Qwen3_5MoeForCausalLM
 
     return Qwen3_5MoeForCausalLM.from_pretrained(str(tiny_ckpt), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def overlap_engines(tiny_ckpt: Path):
+    """The same checkpoint and cache twice, by `overlap`: the serial step loop (False) and the overlapped one."""
+    from engine import LLM
+
+    built = {}
+    for overlap in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("AW_OVERLAP_SCHEDULE", "1" if overlap else "0")
+            built[overlap] = LLM(
+                str(tiny_ckpt), device="cpu", progress=False, max_num_seqs=4, max_model_len=96
+            )
+        assert built[overlap].engine.overlap is overlap
+    yield built
+    for llm in built.values():
+        llm.shutdown()

@@ -22,22 +22,6 @@ SCHEMA = {
 }
 
 
-@pytest.fixture(scope="module")
-def engines(tiny_ckpt) -> dict[bool, LLM]:
-    """The same checkpoint and cache twice: serial loop, overlapped loop."""
-    built = {}
-    for overlap in (False, True):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("AW_OVERLAP_SCHEDULE", "1" if overlap else "0")
-            built[overlap] = LLM(
-                str(tiny_ckpt), device="cpu", progress=False, max_num_seqs=4, max_model_len=96
-            )
-        assert built[overlap].engine.overlap is overlap
-    yield built
-    for llm in built.values():
-        llm.shutdown()
-
-
 def _requests(llm: LLM) -> tuple[list, list[SamplingParams]]:
     chat = llm.render_chat(CHAT)
     greedy = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
@@ -71,30 +55,30 @@ def _outcome(outputs) -> list[tuple]:
     return [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason) for o in outputs]
 
 
-def test_mixed_batch_ends_as_in_the_serial_loop(engines: dict[bool, LLM]) -> None:
-    results = {overlap: _outcome(llm.generate(*_requests(llm))) for overlap, llm in engines.items()}
+def test_mixed_batch_ends_as_in_the_serial_loop(overlap_engines: dict[bool, LLM]) -> None:
+    results = {overlap: _outcome(llm.generate(*_requests(llm))) for overlap, llm in overlap_engines.items()}
     assert results[True] == results[False]
     reasons = [reason for _, _, reason in results[True]]
     assert reasons.count("stop") >= 2 and reasons.count("length") >= 4  # requests ended for each reason
 
 
-def test_requests_joining_a_running_batch(engines: dict[bool, LLM]) -> None:
+def test_requests_joining_a_running_batch(overlap_engines: dict[bool, LLM]) -> None:
     """More requests than slots: each waits for a slot that a finished one frees (a step later with overlap)."""
     prompts = [f"request number {i}" for i in range(9)]
     params = [SamplingParams(temperature=0, max_tokens=2 + 3 * (i % 4), ignore_eos=True) for i in range(9)]
-    results = {overlap: _outcome(llm.generate(prompts, params)) for overlap, llm in engines.items()}
+    results = {overlap: _outcome(llm.generate(prompts, params)) for overlap, llm in overlap_engines.items()}
     assert results[True] == results[False]
 
 
-def test_stream_and_cancel(engines: dict[bool, LLM]) -> None:
+def test_stream_and_cancel(overlap_engines: dict[bool, LLM]) -> None:
     params = SamplingParams(temperature=0, max_tokens=25, ignore_eos=True)
     texts = {
         overlap: "".join(d.text for d in llm.generate_stream("The world model", params))
-        for overlap, llm in engines.items()
+        for overlap, llm in overlap_engines.items()
     }
     assert texts[True] == texts[False] != ""
     cancel = threading.Event()
-    stream = engines[True].generate_stream(
+    stream = overlap_engines[True].generate_stream(
         "The world model", SamplingParams(temperature=0, max_tokens=500, ignore_eos=True), stop=cancel
     )
     deltas = []
@@ -105,9 +89,9 @@ def test_stream_and_cancel(engines: dict[bool, LLM]) -> None:
 
 
 def test_the_next_step_launches_before_the_settling(
-    engines: dict[bool, LLM], monkeypatch: pytest.MonkeyPatch
+    overlap_engines: dict[bool, LLM], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    llm = engines[True]
+    llm = overlap_engines[True]
     events: list[str] = []
     decode, settle = llm.engine.runner.decode, llm.engine._settle
 

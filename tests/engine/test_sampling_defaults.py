@@ -26,7 +26,7 @@ from engine.generation_config import (
     generation_config_override,
 )
 from engine.model_runner import ModelRunner
-from engine.sampling import RowSampling, sample_token, sample_tokens
+from engine.sampling import RowSampling, sample_on_device, sample_token
 from engine.sequence import Sequence
 from engine.server import ChatCompletionRequest, build_app
 from tests.conftest import free_port
@@ -86,11 +86,11 @@ def test_the_sampler_receives_the_defaults_over_http(llm: LLM, monkeypatch: pyte
 
     seen: list[tuple[int, float]] = []
 
-    def spy(logits: torch.Tensor, rows: list[RowSampling | None]) -> list[int | None]:
-        seen.extend((row.params.top_k, row.params.top_p) for row in rows if row is not None)
-        return sample_tokens(logits, rows)
+    def spy(logits: torch.Tensor, rows: list[RowSampling | int]) -> torch.Tensor:
+        seen.extend((row.params.top_k, row.params.top_p) for row in rows if isinstance(row, RowSampling))
+        return sample_on_device(logits, rows)
 
-    monkeypatch.setattr(model_runner, "sample_tokens", spy)
+    monkeypatch.setattr(model_runner, "sample_on_device", spy)
     with _serving(llm) as base_url:
         card = httpx.get(f"{base_url}/v1/models").json()["data"][0]
         assert card["default_sampling_params"] == {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
