@@ -69,7 +69,8 @@ class GatedAttention(nn.Module):
             out = self._decode(q, k, v, keys, values, batch)
         else:
             out = self._prefill(q, k, v, keys, values, batch)
-        out = out.reshape(tokens, self.num_heads * self.head_dim) * torch.sigmoid(gate.reshape(tokens, -1))
+        # Gated per head on the [T, heads, head_dim] views: flattening the gate view first would copy it.
+        out = (out * torch.sigmoid(gate)).reshape(tokens, self.num_heads * self.head_dim)
         return linear(out, self.o_proj.weight)
 
     def _prefill(

@@ -21,6 +21,7 @@ from engine.kernels.gated_delta_rule.gates import deltanet_gates
 from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
 from engine.layers.norms import GatedRMSNorm
+from engine.quant.weight import QuantizedWeight
 
 
 class MixerWeights(NamedTuple):
@@ -31,7 +32,8 @@ class MixerWeights(NamedTuple):
     A_log: torch.Tensor
     dt_bias: torch.Tensor
     norm_weight: torch.Tensor
-    out_proj: torch.Tensor
+    out_proj: torch.Tensor | QuantizedWeight  # in the column order `out_rows` writes (stored order, for GGUF)
+    out_rows: torch.Tensor | None  # where the norm writes each V head (see `QuantizedWeight.input_groups`)
 
 
 class MixerDims(NamedTuple):
@@ -75,18 +77,28 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
         self.conv_dim = conv_dim
         self.fused_in_proj: torch.Tensor | None = None  # set by `fuse_weights`
+        # Set by `fuse_weights` for a GGUF out projection whose input columns are stored by V head in another order:
+        # the norm writes its heads in that order, so the projection needs no gather of its input.
+        self.out_in_stored_order: tuple[torch.Tensor, QuantizedWeight] | None = None
 
     def fuse_weights(self) -> None:
-        """The four input projections as one GEMM: [qkv | z | b | a]."""
+        """The four input projections as one GEMM: [qkv | z | b | a]; the out projection's input order folded
+        into the norm before it."""
         self.fused_in_proj = fuse_linear_weights(
             self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
         )
+        out = self.out_proj.weight
+        if isinstance(out, QuantizedWeight):
+            self.out_in_stored_order = out.input_groups(self.head_v_dim)
 
     def mixer_weights(self) -> MixerWeights:
         in_proj = require_fused(self.fused_in_proj, self)
         conv_weight = self.conv1d.weight.view(self.conv_dim, -1)
+        out_rows, out_proj = None, self.out_proj.weight
+        if self.out_in_stored_order is not None:
+            out_rows, out_proj = self.out_in_stored_order
         return MixerWeights(
-            in_proj, conv_weight, self.A_log, self.dt_bias, self.norm.weight, self.out_proj.weight
+            in_proj, conv_weight, self.A_log, self.dt_bias, self.norm.weight, out_proj, out_rows
         )
 
     def mixer_dims(self) -> MixerDims:
@@ -132,7 +144,7 @@ class GatedDeltaNet(nn.Module):
         batch.write_back(conv_cache, new_conv_state)
         batch.write_back(state_cache, new_state)
         z = z.reshape(tokens, self.num_v_heads, self.head_v_dim)
-        o = self.norm(o[0], z).reshape(tokens, self.value_dim)
+        o = self.norm(o[0], z, w.out_rows).reshape(tokens, self.value_dim)
         return linear(o, w.out_proj)
 
 
@@ -164,5 +176,5 @@ def deltanet_decode(x: torch.Tensor, w: MixerWeights, states: DecodeStates, dims
     mixed = causal_conv1d_update(qkv, w.conv_weight, states.conv, states.slot_ids)  # [B, conv_dim]
     q, k, v = _split_heads(mixed, dims)
     o = gated_delta_rule_decode(q, k, v, a, b, w.A_log, w.dt_bias, states.recurrent, states.slot_ids)
-    o = gated_rms_norm(o, z.reshape(tokens, dims.heads_v, dims.dim_v), w.norm_weight, dims.eps)
+    o = gated_rms_norm(o, z.reshape(tokens, dims.heads_v, dims.dim_v), w.norm_weight, dims.eps, w.out_rows)
     return linear(o.reshape(tokens, dims.heads_v * dims.dim_v), w.out_proj)

@@ -30,5 +30,7 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        return gated_rms_norm(x, gate, self.weight, self.eps)
+    def forward(
+        self, x: torch.Tensor, gate: torch.Tensor, out_rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return gated_rms_norm(x, gate, self.weight, self.eps, out_rows)

@@ -105,6 +105,26 @@ class QuantizedWeight:
             out = quant_matmul_parts(flat, [(p.data, int(p.kind)) for p in self.parts], self.parts[0].cols)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
+    def input_groups(self, group: int) -> tuple[torch.Tensor, QuantizedWeight] | None:
+        """When `in_perm` moves whole groups of `group` columns: (`out_rows` [cols / group] int64, the stored-order
+        weight). Logical group i of the input is stored group `out_rows[i]`: a producer that writes its row i
+        there (`gated_rms_norm(out_rows=)`) feeds the stored-order weight directly, with no gather of x. None
+        without a permutation or when it splits a group. Call at load (it reads `in_perm` on the host once; a
+        meta tensor has no values and is taken as it comes)."""
+        perm = self.in_perm
+        cols = self.parts[0].cols
+        if perm is None or cols % group:
+            return None
+        blocks = perm.view(-1, group)
+        held = blocks[:, 0] // group  # the logical group stored group g holds
+        groups = torch.arange(len(held), device=perm.device)
+        if perm.device.type != "meta":
+            whole = held[:, None] * group + torch.arange(group, device=perm.device)
+            if not (torch.equal(blocks, whole) and torch.equal(held.sort().values, groups)):
+                return None
+        out_rows = torch.empty_like(held).scatter_(0, held, groups)
+        return out_rows, QuantizedWeight(self.parts, self.dtype)
+
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The whole weight as a dense [rows, cols] tensor, logical column order (tests and small weights only)."""
         dense = torch.cat([p.dequantize(dtype or self.dtype) for p in self.parts])

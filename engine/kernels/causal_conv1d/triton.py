@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.strides import unit_stride_rows
+
 
 @triton.jit
 def _conv_input(
@@ -137,6 +139,7 @@ def _causal_conv1d_update_kernel(
     y_ptr,
     slot_ptr,
     dim,
+    stride_x,
     W: tl.constexpr,
     BLOCK_D: tl.constexpr,
     HAS_SLOTS: tl.constexpr,
@@ -145,7 +148,8 @@ def _causal_conv1d_update_kernel(
     b = tl.program_id(1).to(tl.int64)
     chans = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     d_mask = chans < dim
-    x = tl.load(x_ptr + b * dim + chans, mask=d_mask, other=0.0)
+    # x is read through its row stride: the layer passes a view of its fused input projection.
+    x = tl.load(x_ptr + b * stride_x + chans, mask=d_mask, other=0.0)
     slot = b
     if HAS_SLOTS:
         slot = tl.load(slot_ptr + b).to(tl.int64)
@@ -169,12 +173,12 @@ def causal_conv1d_update(
         raise ValueError("conv_state must be contiguous: it is updated in place")
     batch, dim = x.shape
     width = weight.shape[1]
-    x = x.contiguous()
-    y = torch.empty_like(x)
+    x = unit_stride_rows(x)
+    y = torch.empty(batch, dim, dtype=x.dtype, device=x.device)
     if batch:
         block_d = min(triton.next_power_of_2(dim), 512)
         _causal_conv1d_update_kernel[(triton.cdiv(dim, block_d), batch)](
             x, weight.contiguous(), conv_state, y, x if slot_ids is None else slot_ids.contiguous(), dim,
-            W=width, BLOCK_D=block_d, HAS_SLOTS=slot_ids is not None, num_warps=4,
+            x.stride(0), W=width, BLOCK_D=block_d, HAS_SLOTS=slot_ids is not None, num_warps=4,
         )  # fmt: skip
     return y

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from engine import settings
+from engine.kernels.strides import unit_stride_rows
 
 CHUNK_SIZE = 64
 _DOT_PRECISION = settings.gdn_dot_precision()  # a kernel constant: fixed when the module loads
@@ -331,21 +332,21 @@ def _chunk_state_output_kernel(
 
 @triton.jit
 def _token_step(
-    q_ptr, k_ptr, v_ptr, o_ptr, t, hk, hv, kk, k_ok, vv, v_ok, state, g, beta, scale,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, USE_L2NORM: tl.constexpr,
+    q_row, k_row, v_row, o_row, kk, k_ok, vv, v_ok, state, g, beta, scale, USE_L2NORM: tl.constexpr,
 ):  # fmt: skip
-    """Token t, value head hv: decay and delta-update the [K, BV] state slice, store the output, return the state."""
-    q = tl.load(q_ptr + (t * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + (t * H + hk) * K + kk, mask=k_ok, other=0.0).to(tl.float32)
+    """One token, one value head, its q/k/v/o rows given: decay and delta-update the [K, BV] state slice, store the
+    output, return the state."""
+    q = tl.load(q_row + kk, mask=k_ok, other=0.0).to(tl.float32)
+    k = tl.load(k_row + kk, mask=k_ok, other=0.0).to(tl.float32)
     if USE_L2NORM:
         q = q * tl.math.rsqrt(tl.sum(q * q, axis=0) + 1e-6)
         k = k * tl.math.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
-    v = tl.load(v_ptr + (t * HV + hv) * V + vv, mask=v_ok, other=0.0).to(tl.float32)
+    v = tl.load(v_row + vv, mask=v_ok, other=0.0).to(tl.float32)
     state = state * tl.exp(g)
     delta = beta * (v - tl.sum(k[:, None] * state, axis=0))
     state = state + k[:, None] * delta[None, :]
     o = tl.sum((q * scale)[:, None] * state, axis=0)
-    tl.store(o_ptr + (t * HV + hv) * V + vv, o.to(o_ptr.dtype.element_ty), mask=v_ok)
+    tl.store(o_row + vv, o.to(o_row.dtype.element_ty), mask=v_ok)
     return state
 
 
@@ -393,28 +394,12 @@ def _recurrent_gated_delta_rule_kernel(
     for t in range(bos, eos):
         g = tl.load(g_ptr + t * HV + hv).to(tl.float32)
         beta = tl.load(beta_ptr + t * HV + hv).to(tl.float32)
+        qk_row = (t * H + hk) * K
+        vo_row = (t * HV + hv) * V
         state = _token_step(
-            q_ptr,
-            k_ptr,
-            v_ptr,
-            o_ptr,
-            t,
-            hk,
-            hv,
-            kk,
-            k_ok,
-            vv,
-            v_ok,
-            state,
-            g,
-            beta,
-            scale,
-            H,
-            HV,
-            K,
-            V,
-            USE_L2NORM,
-        )
+            q_ptr + qk_row, k_ptr + qk_row, v_ptr + vo_row, o_ptr + vo_row,
+            kk, k_ok, vv, v_ok, state, g, beta, scale, USE_L2NORM,
+        )  # fmt: skip
 
     if STORE_HT:
         tl.store(ht_ptr + state_off, state, mask=state_mask)
@@ -433,6 +418,14 @@ def _gated_decode_kernel(
     state_ptr,
     slot_ptr,
     scale,
+    stride_q_t,
+    stride_q_h,
+    stride_k_t,
+    stride_k_h,
+    stride_v_t,
+    stride_v_h,
+    stride_a_t,
+    stride_b_t,
     H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -442,7 +435,8 @@ def _gated_decode_kernel(
     USE_L2NORM: tl.constexpr,
     HAS_SLOTS: tl.constexpr,
 ):
-    """One token of sequence n, value head hv, V block i_v: gates, l2norm, state update in place, output."""
+    """One token of sequence n, value head hv, V block i_v: gates, l2norm, state update in place, output. q, k,
+    v, a and b are read through their strides: the layer passes views of its projection and conv outputs."""
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     n = (i_nh // HV).to(tl.int64)
@@ -460,33 +454,16 @@ def _gated_decode_kernel(
     state = tl.load(state_ptr + state_off, mask=state_mask, other=0.0)
 
     # Gates as `gates.deltanet_gates`: beta rounded to the model dtype, g in fp32 (softplus threshold 20).
-    b = tl.load(b_ptr + n * HV + hv)
+    b = tl.load(b_ptr + n * stride_b_t + hv)
     beta = tl.sigmoid(b.to(tl.float32)).to(b.dtype).to(tl.float32)
-    x = tl.load(a_ptr + n * HV + hv).to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32)
+    x = tl.load(a_ptr + n * stride_a_t + hv).to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32)
     softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
     g = -tl.exp(tl.load(a_log_ptr + hv).to(tl.float32)) * softplus
     state = _token_step(
-        q_ptr,
-        k_ptr,
-        v_ptr,
-        o_ptr,
-        n,
-        hk,
-        hv,
-        kk,
-        k_ok,
-        vv,
-        v_ok,
-        state,
-        g,
-        beta,
-        scale,
-        H,
-        HV,
-        K,
-        V,
-        USE_L2NORM,
-    )
+        q_ptr + n * stride_q_t + hk * stride_q_h, k_ptr + n * stride_k_t + hk * stride_k_h,
+        v_ptr + n * stride_v_t + hv * stride_v_h, o_ptr + (n * HV + hv) * V,
+        kk, k_ok, vv, v_ok, state, g, beta, scale, USE_L2NORM,
+    )  # fmt: skip
     tl.store(state_ptr + state_off, state, mask=state_mask)
 
 
@@ -510,14 +487,15 @@ def gated_delta_rule_decode(
     heads_v, dim_v = v.shape[1], v.shape[2]
     if heads_v % heads_k:
         raise ValueError(f"value heads ({heads_v}) must be a multiple of key heads ({heads_k})")
-    o = torch.empty_like(v)
+    q, k, v, a, b = (unit_stride_rows(t) for t in (q, k, v, a, b))
+    o = torch.empty(batch, heads_v, dim_v, dtype=v.dtype, device=v.device)
     if batch:
         block_v = min(triton.next_power_of_2(dim_v), 32)
         _gated_decode_kernel[(triton.cdiv(dim_v, block_v), batch * heads_v)](
-            q.contiguous(), k.contiguous(), v.contiguous(), a.contiguous(), b.contiguous(), A_log, dt_bias, o,
-            state, q if slot_ids is None else slot_ids.contiguous(), dim_k**-0.5 if scale is None else scale,
-            H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BK=triton.next_power_of_2(dim_k), BV=block_v,
-            USE_L2NORM=use_qk_l2norm_in_kernel, HAS_SLOTS=slot_ids is not None, num_warps=4, num_stages=1,
+            q, k, v, a, b, A_log, dt_bias, o, state, q if slot_ids is None else slot_ids.contiguous(),
+            dim_k**-0.5 if scale is None else scale, *q.stride()[:2], *k.stride()[:2], *v.stride()[:2],
+            a.stride(0), b.stride(0), H=heads_k, HV=heads_v, K=dim_k, V=dim_v, BK=triton.next_power_of_2(dim_k),
+            BV=block_v, USE_L2NORM=use_qk_l2norm_in_kernel, HAS_SLOTS=slot_ids is not None, num_warps=4, num_stages=1,
         )  # fmt: skip
     return o
 

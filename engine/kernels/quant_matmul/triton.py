@@ -78,6 +78,7 @@ def _gemm_kernel(
     num_rows,
     cols,
     row_bytes,
+    stride_out,
     KIND: tl.constexpr,
     TYPE_SIZE: tl.constexpr,
     SUBS: tl.constexpr,
@@ -95,7 +96,7 @@ def _gemm_kernel(
         KIND, TYPE_SIZE, SUBS, BLOCK_M, BLOCK_N, UPCAST,
     )  # fmt: skip
     tl.store(
-        out_ptr + tokens.to(tl.int64)[:, None] * num_rows + rows[None, :],
+        out_ptr + tokens.to(tl.int64)[:, None] * stride_out + rows[None, :],
         acc.to(out_ptr.dtype.element_ty),
         mask=token_ok[:, None] & row_ok[None, :],
     )
@@ -117,15 +118,23 @@ def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, kind: int, cols: int) ->
 
 def quant_matmul_parts(x: torch.Tensor, parts: list[tuple[torch.Tensor, int]], cols: int) -> torch.Tensor:
     """Same contract as `reference.quant_matmul_parts`: two quantized parts at decode sizes in one GEMV launch
-    writing one output; anything else part by part."""
+    writing one output; above them every part's GEMM writes its columns of one output (no `cat`); anything else
+    part by part."""
     weights = [as_blocks(blocks, kind, cols) for blocks, kind in parts]
-    if (
-        len(parts) == 2
-        and 0 < x.shape[0] <= GEMV_MAX_TOKENS
-        and all(w is not None and w[1] != _FLOAT_KINDS.get(x.dtype) for w in weights)
-    ):
-        return quant_gemv(x.contiguous(), *weights[0], cols, second=weights[1])
-    return reference.quant_matmul_parts(x, parts, cols, matmul=quant_matmul)
+    num_tokens = x.shape[0]
+    if num_tokens == 0 or not all(w is not None and w[1] != _FLOAT_KINDS.get(x.dtype) for w in weights):
+        return reference.quant_matmul_parts(x, parts, cols, matmul=quant_matmul)
+    x = x.contiguous()
+    if num_tokens <= GEMV_MAX_TOKENS:
+        if len(parts) == 2:
+            return quant_gemv(x, *weights[0], cols, second=weights[1])
+        return reference.quant_matmul_parts(x, parts, cols, matmul=quant_matmul)
+    out = torch.empty(num_tokens, sum(w[0].shape[0] for w in weights), dtype=x.dtype, device=x.device)
+    start = 0
+    for blocks, kind in weights:
+        quant_gemm(x, blocks, kind, cols, out=out[:, start : start + blocks.shape[0]])
+        start += blocks.shape[0]
+    return out
 
 
 def gemm_config(num_tokens: int, kind: int, arch: int) -> dict[str, int]:
@@ -135,15 +144,23 @@ def gemm_config(num_tokens: int, kind: int, arch: int) -> dict[str, int]:
     return tiles.launch_config(tiles.MEDIUM if num_tokens <= 64 else tiles.LARGE, (kind,), arch)
 
 
-def quant_gemm(x: torch.Tensor, blocks: torch.Tensor, kind: int, cols: int) -> torch.Tensor:
-    """The prefill path (see the module docstring)."""
+def quant_gemm(
+    x: torch.Tensor, blocks: torch.Tensor, kind: int, cols: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The prefill path (see the module docstring). `out` [T, N] (unit column stride: a column slice of a fused
+    projection's output) is written instead of a new tensor."""
     num_tokens, num_rows = x.shape[0], blocks.shape[0]
     type_size, subs = geometry(kind)
     cfg = gemm_config(num_tokens, kind, launch_arch(x.device))
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    out = torch.empty(num_tokens, num_rows, dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty(num_tokens, num_rows, dtype=x.dtype, device=x.device)
+    elif out.shape != (num_tokens, num_rows) or out.stride(-1) != 1:
+        raise ValueError(
+            f"out must be [{num_tokens}, {num_rows}] with unit column stride, got {tuple(out.shape)}"
+        )
     _gemm_kernel[(triton.cdiv(num_tokens, block_m), triton.cdiv(num_rows, block_n))](
-        x, blocks, value_table(x.device), out, num_tokens, num_rows, cols, blocks.shape[1],
+        x, blocks, value_table(x.device), out, num_tokens, num_rows, cols, blocks.shape[1], out.stride(0),
         KIND=int(kind), TYPE_SIZE=type_size, SUBS=subs, UPCAST=_INTERPRETING and x.dtype == torch.bfloat16, **cfg,
     )  # fmt: skip
     return out

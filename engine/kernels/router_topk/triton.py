@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.strides import unit_stride_rows
+
 
 @triton.jit
 def _router_topk_kernel(
@@ -18,6 +20,8 @@ def _router_topk_kernel(
     weights_ptr,
     ids_ptr,
     n_experts,
+    stride_logits,
+    stride_shared,
     TOP_K: tl.constexpr,
     OUT_K: tl.constexpr,
     BLOCK_E: tl.constexpr,
@@ -26,7 +30,7 @@ def _router_topk_kernel(
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_E)
-    logits = tl.load(logits_ptr + row * n_experts + cols, mask=cols < n_experts, other=float("-inf"))
+    logits = tl.load(logits_ptr + row * stride_logits + cols, mask=cols < n_experts, other=float("-inf"))
     logits = logits.to(tl.float32)
     probs = tl.exp(logits - tl.max(logits, axis=0))
     probs = probs / tl.sum(probs, axis=0)
@@ -45,7 +49,7 @@ def _router_topk_kernel(
     tl.store(weights_ptr + row * OUT_K + slots, picked_w, mask=keep)
     tl.store(ids_ptr + row * OUT_K + slots, picked_id, mask=keep)
     if HAS_SHARED:  # the shared expert as pair TOP_K: expert n_experts, weight sigmoid(its gate logit)
-        shared_w = tl.sigmoid(tl.load(shared_gate_ptr + row).to(tl.float32))
+        shared_w = tl.sigmoid(tl.load(shared_gate_ptr + row * stride_shared).to(tl.float32))
         tl.store(weights_ptr + row * OUT_K + TOP_K, shared_w)
         tl.store(ids_ptr + row * OUT_K + TOP_K, row * 0 + n_experts)  # int64, as the other ids
 
@@ -59,14 +63,15 @@ def router_topk(
     if not 0 < k <= n_experts:
         raise ValueError(f"top-k must be in 1..{n_experts}, got {k}")
     out_k = k + (shared_gate is not None)
-    logits = logits.contiguous()
+    # Both are read through their row strides: the MoE block passes views of its fused input projection.
+    logits = unit_stride_rows(logits)
     weights = torch.empty(num_tokens, out_k, dtype=torch.float32, device=logits.device)
     ids = torch.empty(num_tokens, out_k, dtype=torch.int64, device=logits.device)
     if num_tokens:
         block_e = triton.next_power_of_2(n_experts)
-        shared = logits if shared_gate is None else shared_gate.reshape(num_tokens).contiguous()
+        shared = logits if shared_gate is None else shared_gate
         _router_topk_kernel[(num_tokens,)](
-            logits, shared, weights, ids, n_experts,
+            logits, shared, weights, ids, n_experts, logits.stride(0), shared.stride(0),
             TOP_K=k, OUT_K=out_k, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(k),
             HAS_SHARED=shared_gate is not None, num_warps=min(max(block_e // 256, 1), 4),
         )  # fmt: skip
