@@ -49,6 +49,8 @@ def step_loop(ctx: Context) -> None:
             ctx.rows.measure(
                 f"loop b{callers} {label}", rates[label], "tok/s", at_least=TARGET["loop b32"], note=note
             )
+    with ctx.rows.section("loop overlap on / off"):
+        overlap_rows(ctx, llm, prompts, new_tokens)
     if len(rates) == 2:
         ctx.rows.measure(
             "loop sampled / greedy", rates["default sampling"] / rates["greedy"], "x", at_least=0.95,
@@ -63,8 +65,16 @@ def step_loop(ctx: Context) -> None:
         session_rows(ctx, model, config, tokenizer)
 
 
-def loop_rate(ctx: Context, llm, prompts: list[list[int]], new_tokens: int, sampling: dict) -> float:
-    """Aggregate generated tok/s of one concurrent caller per prompt (prefill included), after a short warm-up."""
+def loop_rate(
+    ctx: Context,
+    llm,
+    prompts: list[list[int]],
+    new_tokens: int,
+    sampling: dict,
+    tokens_out: list | None = None,
+) -> float:
+    """Aggregate generated tok/s of one concurrent caller per prompt (prefill included), after a short warm-up;
+    `tokens_out` gets each caller's generated token ids (in prompt order)."""
     from engine import SamplingParams
 
     def run_all(tokens: int) -> float:
@@ -72,18 +82,53 @@ def loop_rate(ctx: Context, llm, prompts: list[list[int]], new_tokens: int, samp
             SamplingParams(max_tokens=tokens, ignore_eos=True, seed=i, **sampling)
             for i in range(len(prompts))
         ]
-        threads = [
-            threading.Thread(target=llm.generate, args=(p, q)) for p, q in zip(prompts, params, strict=True)
-        ]
+        outputs: list = [None] * len(prompts)
+
+        def one(i: int) -> None:
+            outputs[i] = llm.generate(prompts[i], params[i])[0].outputs[0].token_ids
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
         start = time.perf_counter()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        return time.perf_counter() - start
+        took = time.perf_counter() - start
+        if tokens_out is not None:
+            tokens_out[:] = outputs
+        return took
 
     run_all(4)  # warm-up: kernels compile, the sampler's paths run once
     return len(prompts) * new_tokens / run_all(new_tokens)
+
+
+def overlap_rows(ctx: Context, llm, prompts: list[list[int]], new_tokens: int) -> None:
+    """The step loop with the overlap scheduler (the default on a GPU: step k's tokens stay on the device and
+    step k + 1 launches before the host reads them) against the serial loop, in the same engine: greedy tokens
+    identical, and what the overlap gains."""
+    engine = llm.engine
+    if not engine.overlap:
+        ctx.rows.skip("loop overlap on / off", "the overlap scheduler is off here (AW_OVERLAP_SCHEDULE=0)")
+        return
+    rates, tokens = {}, {}
+    try:
+        for label, on in (("on", True), ("off", False)):
+            engine.overlap = on  # read at each step; the loop is idle between two runs
+            tokens[label] = []
+            rates[label] = loop_rate(ctx, llm, prompts, new_tokens, {"temperature": 0.0}, tokens[label])
+    finally:
+        engine.overlap = True
+    same = tokens["on"] == tokens["off"]
+    differ = sum(a != b for a, b in zip(tokens["on"], tokens["off"], strict=True))
+    ctx.rows.check(
+        "loop overlap on == off (greedy tokens)",
+        same,
+        "" if same else f"{differ} of {len(prompts)} callers differ",
+    )
+    ctx.rows.measure(
+        f"loop b{len(prompts)} overlap on / off", rates["on"] / rates["off"], "x", at_least=1.0,
+        note=f"greedy, {rates['on']:.0f} vs {rates['off']:.0f} tok/s (the host's work hidden behind the device's)",
+    )  # fmt: skip
 
 
 def sampler_rows(ctx: Context, vocab: int, batch: int) -> None:
