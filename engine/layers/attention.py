@@ -17,7 +17,7 @@ from engine.cache import Cache
 from engine.config import Config
 from engine.forward_batch import ForwardBatch
 from engine.kernels.decode_attention import decode_attention
-from engine.kernels.qk_norm_rope import qk_norm_rope
+from engine.kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_to_cache
 from engine.layers.fused_linear import fuse_linear_weights, require_fused
 from engine.layers.linear import linear
 from engine.layers.norms import RMSNorm
@@ -62,12 +62,17 @@ class GatedAttention(nn.Module):
         q, gate = q_gate[..., : self.head_dim], q_gate[..., self.head_dim :]
         k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
-        q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, *rope, self.q_norm.eps)
-
         keys, values = cache.keys[self.cache_index], cache.values[self.cache_index]
+        norm_weights = (self.q_norm.weight, self.k_norm.weight)
         if batch.is_decode:
-            out = self._decode(q, k, v, keys, values, batch)
+            # One launch: q, k normed and rotated, k and v written into their cache rows.
+            q = qk_norm_rope_to_cache(
+                q, k, v, *norm_weights, *rope, self.q_norm.eps, keys, values, batch.slots, batch.positions
+            )
+            # An eager batch knows on the host how far its keys reach (`span`): the torch path reads just that much.
+            out = decode_attention(q, keys, values, batch.slots, batch.positions, span=batch.span)
         else:
+            q, k = qk_norm_rope(q, k, *norm_weights, *rope, self.q_norm.eps)
             out = self._prefill(q, k, v, keys, values, batch)
         # Gated per head on the [T, heads, head_dim] views: flattening the gate view first would copy it.
         out = (out * torch.sigmoid(gate)).reshape(tokens, self.num_heads * self.head_dim)
@@ -93,21 +98,6 @@ class GatedAttention(nn.Module):
             out[offset : offset + length] = o[0].transpose(0, 1)
             offset += length
         return out
-
-    def _decode(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        batch: ForwardBatch,
-    ) -> torch.Tensor:
-        positions = batch.positions
-        keys[batch.slots, :, positions] = k
-        values[batch.slots, :, positions] = v
-        # An eager batch knows on the host how far its keys reach (`span`): the torch path reads just that much.
-        return decode_attention(q, keys, values, batch.slots, positions, span=batch.span)
 
 
 # The most a query block's attention scores may take where no fused kernel runs (CPU, or a GPU without flash and

@@ -31,7 +31,7 @@ def _greedy(llm, prompts: list[str], max_tokens: int) -> list[list[int]]:
 TRITON_OPS = {
     "engine.kernels.rms_norm.triton": ["rms_norm"],
     "engine.kernels.gated_rms_norm.triton": ["gated_rms_norm"],
-    "engine.kernels.qk_norm_rope.triton": ["qk_norm_rope"],
+    "engine.kernels.qk_norm_rope.triton": ["qk_norm_rope", "qk_norm_rope_to_cache"],
     "engine.kernels.decode_attention.triton": ["decode_attention"],
     "engine.kernels.router_topk.triton": ["router_topk"],
     "engine.kernels.fused_moe.triton": ["fused_moe"],
