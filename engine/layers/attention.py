@@ -70,12 +70,13 @@ class GatedAttention(nn.Module):
                 q, k, v, *norm_weights, *rope, self.q_norm.eps, keys, values, batch.slots, batch.positions
             )
             # An eager batch knows on the host how far its keys reach (`span`): the torch path reads just that much.
-            out = decode_attention(q, keys, values, batch.slots, batch.positions, span=batch.span)
+            # The output gate is applied as the attention output is stored.
+            out = decode_attention(q, keys, values, batch.slots, batch.positions, span=batch.span, gate=gate)
         else:
             q, k = qk_norm_rope(q, k, *norm_weights, *rope, self.q_norm.eps)
-            out = self._prefill(q, k, v, keys, values, batch)
-        # Gated per head on the [T, heads, head_dim] views: flattening the gate view first would copy it.
-        out = (out * torch.sigmoid(gate)).reshape(tokens, self.num_heads * self.head_dim)
+            # Gated per head on the [T, heads, head_dim] views: flattening the gate view first would copy it.
+            out = self._prefill(q, k, v, keys, values, batch) * torch.sigmoid(gate)
+        out = out.reshape(tokens, self.num_heads * self.head_dim)
         return linear(out, self.o_proj.weight)
 
     def _prefill(

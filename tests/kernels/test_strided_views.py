@@ -187,3 +187,25 @@ def test_gemm_parts_write_one_output(dtype: torch.dtype, monkeypatch) -> None:
     expected = qmm_ref.quant_matmul_parts(x, parts, cols)
     assert_close(out, expected, {torch.float32: 1e-5, torch.float16: 5e-3}[dtype], "parts")
     assert len(spy.launches) == 2 and not cat_calls, "one GEMM per part, no concatenation"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_attention_applies_the_gate_view(dtype: torch.dtype, monkeypatch) -> None:
+    """The gated attention's output gate (the gate half of each head's [query | gate] projection) is applied in
+    the merge pass, read in place: no sigmoid or multiply launch of its own."""
+    from engine.kernels.decode_attention import reference as attn_ref
+    from engine.kernels.decode_attention import triton as attn_tri
+
+    batch, heads, kv_heads, dim, length = 3, 4, 2, 16, 20
+    keys = torch.randn(4, kv_heads, length, dim).to(dtype)
+    values = torch.randn(4, kv_heads, length, dim).to(dtype)
+    q_gate = torch.randn(batch, heads, 2 * dim).to(dtype)
+    q, gate = q_gate[..., :dim], q_gate[..., dim:]
+    slots, positions = torch.tensor([2, 0, 3]), torch.tensor([19, 4, 9])
+    spy = spy_on(monkeypatch, attn_tri, "_merge_kernel")
+    got = attn_tri.decode_attention(q, keys, values, slots, positions, gate=gate)
+    want = attn_ref.decode_attention(q, keys, values, slots, positions, gate=gate)
+    plain = attn_ref.decode_attention(q, keys, values, slots, positions)
+    assert torch.equal(want, plain * torch.sigmoid(gate)), "the reference gates as the layer did"
+    assert_close(got, want, RATIO[dtype], "gated o")
+    assert spy.received(gate), "the gate view was copied"

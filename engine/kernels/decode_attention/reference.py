@@ -14,13 +14,16 @@ def decode_attention(
     slot_ids: torch.Tensor,
     positions: torch.Tensor,
     span: int | None = None,
+    gate: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [B, H, D]; keys, values [S, KV, L, D] (one layer's cache); sequence b, in slot slot_ids[b], attends to
     its positions 0 .. positions[b]. `span` (a host int, optional) bounds the positions read: every
-    positions[b] < span. Returns [B, H, D] in q.dtype."""
+    positions[b] < span. Returns [B, H, D] in q.dtype, times sigmoid(gate) [B, H, D] when given (the gated
+    attention's output gate)."""
     span = keys.shape[2] if span is None else span
     k = keys[:, :, :span].index_select(0, slot_ids)
     v = values[:, :, :span].index_select(0, slot_ids)
     mask = (torch.arange(span, device=q.device)[None, :] <= positions[:, None])[:, None, None, :]
     o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask, enable_gqa=True)
-    return o.squeeze(2)
+    o = o.squeeze(2)
+    return o if gate is None else o * torch.sigmoid(gate)

@@ -6,7 +6,7 @@ sequence's own context (positions 0 .. pos), not the cache's capacity: split i o
 [i * len, (i + 1) * len) with len = ceil(ceil((pos + 1) / SPLITS) / BLOCK_N) * BLOCK_N, so a 2k-token context in
 a 32k cache keeps all its splits busy instead of four of sixty-four. It writes the split's running max, sum and
 unnormalised output (a split past the context writes an empty one). Pass 2, one program per (sequence, query
-head), merges the splits. SPLITS comes from the batch and head counts (enough programs to fill the GPU) and, in
+head), merges the splits (and applies the layer's sigmoid output gate, when given: no launches of its own). SPLITS comes from the batch and head counts (enough programs to fill the GPU) and, in
 eager mode, the host-known span; never from positions, so a CUDA graph replays the same grid for any lengths.
 """
 
@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from engine import settings
+from engine.kernels.strides import unit_stride_rows
 
 # The interpreter multiplies bf16 bit patterns in tl.dot (silently wrong): there the operands go in as fp32.
 _INTERPRETING = settings.triton_interpret()  # fixed when the module loads, as Triton's own decoration is
@@ -101,11 +102,15 @@ def _merge_kernel(
     part_m_ptr,
     part_l_ptr,
     o_ptr,
+    gate_ptr,
+    gate_stride_b,
+    gate_stride_h,
     H: tl.constexpr,
     D: tl.constexpr,
     SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    HAS_GATE: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -121,8 +126,12 @@ def _merge_kernel(
     acc = tl.load(
         part_o_ptr + (row + ss)[:, None] * D + dd[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0
     )
-    o = tl.sum(weight[:, None] * acc, axis=0) / tl.sum(weight * l_sum, axis=0)
-    tl.store(o_ptr + (b * H + h) * D + dd, o.to(o_ptr.dtype.element_ty), mask=d_ok)
+    o = (tl.sum(weight[:, None] * acc, axis=0) / tl.sum(weight * l_sum, axis=0)).to(o_ptr.dtype.element_ty)
+    if HAS_GATE:  # the layer's output gate, rounded where the reference rounds: o, sigmoid(gate), the product
+        g = tl.load(gate_ptr + b * gate_stride_b + h * gate_stride_h + dd, mask=d_ok, other=0.0)
+        gate = tl.sigmoid(g.to(tl.float32)).to(o_ptr.dtype.element_ty).to(tl.float32)
+        o = (o.to(tl.float32) * gate).to(o_ptr.dtype.element_ty)
+    tl.store(o_ptr + (b * H + h) * D + dd, o, mask=d_ok)
 
 
 def split_count(programs: int, span: int, block_n: int) -> int:
@@ -140,15 +149,17 @@ def decode_attention(
     slot_ids: torch.Tensor,
     positions: torch.Tensor,
     span: int | None = None,
+    gate: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Same contract as `reference.decode_attention`; `span` (every position below it, known in eager mode) caps the
-    splits at one block of keys each."""
+    splits at one block of keys each. `gate` (a strided view is read in place) is applied by the merge pass."""
     batch, heads, dim = q.shape
     _, kv_heads, length, _ = keys.shape
     if heads % kv_heads:
         raise ValueError(f"query heads ({heads}) must be a multiple of KV heads ({kv_heads})")
     if not (keys.is_contiguous() and values.is_contiguous() and q.stride(-1) == 1):
         raise ValueError("the KV cache must be contiguous and q's last dim contiguous")
+    gate = None if gate is None else unit_stride_rows(gate)
     o = torch.empty(batch, heads, dim, dtype=q.dtype, device=q.device)
     if not batch:
         return o
@@ -166,7 +177,8 @@ def decode_attention(
         UPCAST=_INTERPRETING, num_warps=4, num_stages=2,
     )  # fmt: skip
     _merge_kernel[(batch, heads)](
-        part_o, part_m, part_l, o, H=heads, D=dim, SPLITS=splits, BLOCK_S=max(2, triton.next_power_of_2(splits)),
-        BLOCK_D=block_d, num_warps=4,
+        part_o, part_m, part_l, o, o if gate is None else gate, *((0, 0) if gate is None else gate.stride()[:2]),
+        H=heads, D=dim, SPLITS=splits, BLOCK_S=max(2, triton.next_power_of_2(splits)), BLOCK_D=block_d,
+        HAS_GATE=gate is not None, num_warps=4,
     )  # fmt: skip
     return o
