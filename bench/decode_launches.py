@@ -12,7 +12,10 @@ tensors have shapes but no memory, so the real widths cost nothing and the wrapp
 tensor is not a CPU one) with their real-width launch choices (split-K, block sizes). Triton launches are counted where `kernel[grid](...)` lands (`JITFunction.run`, not run); torch
 kernels are the profiler's compute ops, each counted once (not the ops it calls inside).
 
-    .venv/bin/python bench/decode_launches.py [--model bf16 gguf] [--batch 1 32] [--top 12]   # ~30 s
+The counted step follows one uncounted one (`--warmup`): a captured graph never replays a first step's one-time
+work (the packed GEMV's lookup table is built per device on first use).
+
+    .venv/bin/python bench/decode_launches.py [--model bf16 gguf] [--batch 1 32] [--top 12] [--warmup 1]   # ~30 s
 """
 
 from __future__ import annotations
@@ -47,8 +50,12 @@ LAUNCHING = {
 }  # fmt: skip
 
 
-def count_step(model: torch.nn.Module, cache, batch: int) -> tuple[collections.Counter, collections.Counter]:
-    """(torch kernels, Triton launches) of one decode step of `batch` sequences."""
+def count_step(
+    model: torch.nn.Module, cache, batch: int, warmup: int = 1
+) -> tuple[collections.Counter, collections.Counter]:
+    """(torch kernels, Triton launches) of one decode step of `batch` sequences, after `warmup` uncounted steps:
+    what a replayed CUDA graph runs, without the one-time work of a process's first step (lookup tables built
+    per device on first use)."""
     triton_launches: collections.Counter = collections.Counter()
     launch = JITFunction.run
 
@@ -61,6 +68,9 @@ def count_step(model: torch.nn.Module, cache, batch: int) -> tuple[collections.C
     slots = torch.arange(batch, device=device)
     JITFunction.run = counted  # type: ignore[method-assign]
     try:
+        for _ in range(warmup):
+            model.decode_step(ids, positions, slots, cache)
+        triton_launches.clear()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             model.decode_step(ids, positions, slots, cache)
     finally:
@@ -99,6 +109,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--context", type=int, default=2048, help="cache length per sequence")
     parser.add_argument("--top", type=int, default=12, help="torch ops listed per row")
+    parser.add_argument("--warmup", type=int, default=1, help="uncounted steps before the counted one")
     args = parser.parse_args()
 
     from engine.cache import Cache
@@ -116,7 +127,7 @@ def main() -> None:
                 dtype=torch.bfloat16,
                 device=torch.device("meta"),
             )
-            torch_kernels, triton_launches = count_step(model, cache, batch)
+            torch_kernels, triton_launches = count_step(model, cache, batch, args.warmup)
             n_torch, n_triton = sum(torch_kernels.values()), sum(triton_launches.values())
             total = n_torch + n_triton
             print(
