@@ -19,9 +19,11 @@ class RotaryEmbedding:
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [T, rotary_dim], computed in fp32 and rounded to the model dtype (as transformers does)."""
-        inv_freq = self._cache.get(positions.device)
-        if inv_freq is None:
-            inv_freq = self._cache[positions.device] = self.inv_freq.to(positions.device)
-        freqs = positions.float()[:, None] * inv_freq[None, :]
-        angles = torch.cat([freqs, freqs], dim=-1)
+        freqs = self._cache.get(positions.device)
+        if freqs is None:  # both halves' frequencies, so the angles need no cat
+            freqs = self._cache[positions.device] = torch.cat([self.inv_freq, self.inv_freq]).to(
+                positions.device
+            )
+        # int64 positions times fp32 frequencies: promoted to fp32 inside the one multiply (no conversion launch).
+        angles = positions[:, None] * freqs[None, :]
         return angles.cos().to(dtype), angles.sin().to(dtype)
