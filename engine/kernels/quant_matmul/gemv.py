@@ -4,9 +4,8 @@ accumulates per thread (`packed.py`), and reduces once per output row and token,
 partial sums, no host sync: one launch per weight, capturable in a CUDA graph.
 
 The layout (`decode_layout`) trades registers for reuse and for parallelism. Per step a lane decodes 32 values
-of 2 rows at 1-2 tokens (the x values it loads serve both rows), 16 values of 2 rows at 3-4 tokens, 8 values of 4
-rows beyond (2 for the register-hungry types at 9-16 tokens), so that the x registers (values x tokens) stay bounded
-and nothing spills. A weight with few rows (MoE experts, most
+at 1-2 tokens, 16 at 3-4, 8 beyond, of R rows (the x values it loads serve all R): `rows_per_thread` holds the R of
+each type and token band, the values x tokens x R registers bounded so that nothing spills. A weight with few rows (MoE experts, most
 projections at hidden 2048) would leave the GPU a few warps per SM, each walking the whole K loop: its rows then
 get more lanes, `split` groups of them taking every `split`-th step (split-K inside the program, summed by the
 same final reduction), until about TARGET_WARPS warps run.
@@ -39,10 +38,28 @@ TARGET_WARPS = 4096
 
 # The interpreter pays per op and program, not per element: 4x the rows per thread, a quarter of the programs.
 _ROWS_SCALE = 4 if settings.triton_interpret() else 1
-# Types whose decode keeps more registers live per weight (words of fewer weights, Q5_K's fifth bits, the K-quants'
-# scale/min pairs): 2 rows a thread at 9-16 tokens, not 4 (4 spill on some card: Q8_0 everywhere, Q5_K on
-# sm_120, Q4_K 4 B on sm_90; python -m engine.kernels.aot).
-_WIDE_WORDS = frozenset({GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.F32})
+# Rows a thread decodes per step, by type and token band (block_t <= 2, <= 4, <= 8, <= 16): the most that spill on
+# no card (sm_86/89/90/120) under Triton 3.6 (ptxas 12.8) and 3.9 (ptxas 12.9), whose register allocations differ
+# (`python -m engine.kernels.aot` under each: tests/kernels/test_aot_compile.py). Q4_K/Q5_K take 4 at 1-2 tokens:
+# with 2, ptxas 12.8 spills 4-24 B into the K loop at ~100 registers (4 costs 3.9 6% more instructions per weight
+# than 2 did, 1 would cost 27%); Q8_0 (16-bit words of 2 weights: the most words per lane) 1 at 1-2 and 9-16
+# tokens, 2 at 5-8; at 9-16 tokens no quantized type keeps 4 (IQ4_XS spilled ~1 KB under 3.6, MXFP4 12 B).
+_ROWS_PER_THREAD: dict[GGMLType, tuple[int, int, int, int]] = {
+    GGMLType.Q4_K: (4, 2, 4, 2),
+    GGMLType.Q5_K: (4, 2, 4, 2),
+    GGMLType.Q6_K: (2, 2, 2, 2),
+    GGMLType.Q8_0: (1, 2, 2, 1),
+    GGMLType.IQ4_XS: (2, 2, 4, 2),
+    GGMLType.MXFP4: (2, 2, 4, 2),
+    GGMLType.F32: (2, 2, 2, 2),  # words of one weight: 4 rows spilled 4 B at 8 tokens on sm_90
+}
+_FLOAT_ROWS = (2, 2, 4, 4)  # bf16/f16: 16-byte words of 8 weights
+
+
+def rows_per_thread(block_t: int, kind: int) -> int:
+    """R for `block_t` (a power of two <= GEMV_MAX_TOKENS) tokens of weights of type `kind`."""
+    band = 0 if block_t <= 2 else 1 if block_t <= 4 else 2 if block_t <= 8 else 3
+    return _ROWS_PER_THREAD.get(GGMLType(kind), _FLOAT_ROWS)[band]
 
 
 class Layout(NamedTuple):
@@ -61,14 +78,15 @@ class Layout(NamedTuple):
         return words_per_lane(kind, self.vpl)
 
 
-def decode_layout(tokens: int, rows: int, cols: int, kind: int, min_row_threads: int = 1) -> Layout:
+def decode_layout(
+    tokens: int, rows: int, cols: int, kind: int, min_row_threads: int = 1, per_thread: int | None = None
+) -> Layout:
     """The layout for `tokens` tokens and `rows` weight rows of `cols` columns in all (MoE: rows of every
-    program), with at least `min_row_threads` rows across a program's threads."""
+    program), with at least `min_row_threads` rows across a program's threads and `per_thread` rows a thread
+    (default: `rows_per_thread`)."""
     block_t = triton.next_power_of_2(tokens)
     vpl = 32 if block_t <= 2 else 16 if block_t <= 4 else 8
-    # F32 words hold one weight: 4 rows spill (4 B on sm_90) from 5 tokens
-    wide = GGMLType(kind) == GGMLType.F32 or (block_t > 8 and GGMLType(kind) in _WIDE_WORDS)
-    per_thread = 2 if vpl >= 16 or wide else 4
+    per_thread = rows_per_thread(block_t, kind) if per_thread is None else per_thread
     lanes = STEP_COLS // vpl
     steps = cols // STEP_COLS if cols % STEP_COLS == 0 else 1  # a partial last step: no split
     split = 1
@@ -190,8 +208,10 @@ def quant_gemv(
     blocks = aligned(blocks, kind)
     blocks2, kind2 = (blocks, kind) if second is None else (aligned(second[0], second[1]), second[1])
     rows2 = 0 if second is None else blocks2.shape[0]
-    wide = kind2 if GGMLType(kind2) in _WIDE_WORDS else kind  # the layout suits the more register-hungry part
-    layout = decode_layout(num_tokens, num_rows + rows2, cols, wide)
+    # the layout suits the more register-hungry part (the fewer rows a thread)
+    block_t = triton.next_power_of_2(num_tokens)
+    hungry = min((kind, kind2), key=lambda k: rows_per_thread(block_t, k))
+    layout = decode_layout(num_tokens, num_rows + rows2, cols, hungry)
     out = torch.empty(num_tokens, num_rows + rows2, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(num_rows, layout.block_rows) + triton.cdiv(rows2, layout.block_rows),)
     _gemv_kernel[grid](

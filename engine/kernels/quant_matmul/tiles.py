@@ -62,8 +62,9 @@ def stages(tile: Tile, kinds: tuple[int, ...], arch: int) -> int:
 
 
 # (tile, type) -> warps, where the tile's own spill: Q6_K decodes each weight from two loads, and on the [32 x 64]
-# tile over 4 warps the grouped gate/up and down kernels spilled 64-128 B (sm_86/89/90/120); over 8, none.
-_MORE_WARPS = {(MEDIUM, GGMLType.Q6_K): 8}
+# tile over 4 warps the grouped gate/up and down kernels spilled 64-128 B (sm_86/89/90/120); over 8, none. Q5_K's
+# [16 x 64] gate/up (decode batches of 17-32 tokens) spilled 20 B on sm_120 under Triton 3.6 over 4.
+_MORE_WARPS = {(MEDIUM, GGMLType.Q6_K): 8, (SMALL, GGMLType.Q5_K): 8}
 
 
 def launch_config(tile: Tile, kinds: tuple[int, ...], arch: int) -> dict[str, int]:

@@ -3,8 +3,8 @@ the packed GEMV of `engine/kernels/quant_matmul/gemv.py`, for experts in GGUF bl
 model's experts take the same kernels, `fused_moe`'s decode path).
 
 - `_gate_up_kernel`, one program per ((token, expert) pair, block of intermediate rows): that expert's gate rows
-  and up rows against the token's x (two K loops: gate and up may be of different types), storing
-  silu(gate) * up.
+  and up rows against the token's x, both in one K loop (gate and up may be of different types; with two loops
+  the gate sums lived across the second, and ptxas 12.8, Triton 3.6's, spilled them), storing silu(gate) * up.
 - `_down_kernel`, one program per (token, block of hidden rows): the down rows of all the token's K experts at
   once, the experts lying across the program's threads (batch 1 reads its 8 experts in parallel, in 512 programs
   at hidden 2048, where running them one after another left 128 programs walking 8 experts each), then the
@@ -21,7 +21,46 @@ import triton
 import triton.language as tl
 
 from engine.kernels.quant_matmul.gemv import NUM_WARPS, aligned, decode_layout, rows_dot
-from engine.kernels.quant_matmul.packed import STEP_COLS, opaque_exponent, pair_table, words_per_lane
+from engine.kernels.quant_matmul.packed import (
+    STEP_COLS,
+    opaque_exponent,
+    packed_step,
+    pair_table,
+    words_per_lane,
+)
+from engine.quant.formats import FLOAT_TYPES, GGMLType
+
+# Rows a thread, the pairs' own (one token a program), spill-free on sm_86/89/90/120 under Triton 3.6 (ptxas 12.8)
+# and 3.9 (`python -m engine.kernels.aot`): the fused gate/up loop holds two types' words, so 1 row of GGUF blocks
+# (2 spilled 16-32 B for Q8_0), 2 of floats (1 spilled 4 B for bf16 on sm_90 under 3.6); the down kernel 1 (2
+# spilled 12 B for Q5_K on sm_90 under 3.6).
+DOWN_ROWS = 1
+
+
+def gate_up_rows(gate_kind: int, up_kind: int) -> int:
+    """R of the gate/up kernel: 2 for float experts (one 16-byte vector of 8 weights a word), 1 for GGUF blocks."""
+    return 2 if GGMLType(gate_kind) in FLOAT_TYPES and GGMLType(up_kind) in FLOAT_TYPES else 1
+
+
+@triton.jit
+def _gate_up_dot(x_rows, gate_ptr, up_ptr, tab_ptr, gate_off, up_off, cols, expo, GATE_KIND: tl.constexpr,
+                 GATE_W: tl.constexpr, UP_KIND: tl.constexpr, UP_W: tl.constexpr, L: tl.constexpr,
+                 KS: tl.constexpr, R: tl.constexpr, NT: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    """`rows_dot` of the gate rows and of the up rows in one K loop -> fp32 ([R, NT], [R, NT])."""
+    lanes = tl.arange(0, L * KS)[None, None, None, None, :]
+    gate = tl.zeros([GATE_W, 1, R, NT, L * KS], dtype=tl.float32)
+    up = tl.zeros([UP_W, 1, R, NT, L * KS], dtype=tl.float32)
+    steps = cols // 256 if EVEN_K else tl.cdiv(cols, 256)
+    for s in range(0, steps // KS):
+        lane, step = lanes % L, s * KS + lanes // L
+        gate = packed_step(
+            gate, x_rows, gate_ptr, tab_ptr, gate_off, lane, step, cols, expo, GATE_KIND, GATE_W, L, EVEN_K
+        )
+        up = packed_step(
+            up, x_rows, up_ptr, tab_ptr, up_off, lane, step, cols, expo, UP_KIND, UP_W, L, EVEN_K
+        )
+    gate = tl.sum(tl.sum(tl.sum(gate, axis=4), axis=0), axis=0)
+    return gate, tl.sum(tl.sum(tl.sum(up, axis=4), axis=0), axis=0)
 
 
 @triton.jit
@@ -56,17 +95,14 @@ def _gate_up_kernel(
     across = tl.zeros([NT], dtype=tl.int64)[None, None, None, :, None]
     x_rows = x_ptr + (pair // TOP_K).to(tl.int64) * hidden + across
     expo = opaque_exponent(hidden)
-    gate = rows_dot(
-        x_rows, gate_ptr, tab_ptr, expert * gate_expert_bytes + row * gate_row_bytes, hidden, expo,
-        GATE_KIND, GATE_W, L, KS, 1, R, NT, EVEN_K,
-    )  # fmt: skip
-    up = rows_dot(
-        x_rows, up_ptr, tab_ptr, expert * up_expert_bytes + row * up_row_bytes, hidden, expo,
-        UP_KIND, UP_W, L, KS, 1, R, NT, EVEN_K,
+    gate, up = _gate_up_dot(
+        x_rows, gate_ptr, up_ptr, tab_ptr, expert * gate_expert_bytes + row * gate_row_bytes,
+        expert * up_expert_bytes + row * up_row_bytes, hidden, expo, GATE_KIND, GATE_W, UP_KIND, UP_W, L, KS, R,
+        NT, EVEN_K,
     )  # fmt: skip
     dtype = act_ptr.dtype.element_ty
-    gate = tl.sum(gate, axis=0).to(dtype).to(tl.float32)  # [R, NT]
-    up = tl.sum(up, axis=0).to(dtype).to(tl.float32)
+    gate = gate.to(dtype).to(tl.float32)  # [R, NT]
+    up = up.to(dtype).to(tl.float32)
     act = gate * tl.sigmoid(gate) * up
     tl.store(act_ptr + pair.to(tl.int64) * inter + rows, act.to(dtype), mask=rows < inter)
 
@@ -138,7 +174,9 @@ def routed_pairs(
     table = pair_table(x.device)
     num_pairs = num_tokens * top_k
 
-    first = decode_layout(1, num_pairs * inter, hidden, gate_kind)
+    first = decode_layout(
+        1, num_pairs * inter, hidden, gate_kind, per_thread=gate_up_rows(gate_kind, up_kind)
+    )
     act = torch.empty(num_pairs, inter, dtype=x.dtype, device=x.device)
     _gate_up_kernel[(num_pairs, triton.cdiv(inter, first.block_rows))](
         x, gate, up, table, ids, act, hidden, inter, gate.stride(0), gate.stride(1), up.stride(0), up.stride(1),
@@ -150,7 +188,9 @@ def routed_pairs(
     # as many of a token's experts side by side as one row of threads holds (8 for Qwen3.5's top-8)
     lanes = decode_layout(1, num_pairs * hidden, inter, down_kind).lanes
     experts_at_once = min(triton.next_power_of_2(top_k), 32 * NUM_WARPS // lanes)
-    second = decode_layout(1, num_pairs * hidden, inter, down_kind, min_row_threads=experts_at_once)
+    second = decode_layout(
+        1, num_pairs * hidden, inter, down_kind, min_row_threads=experts_at_once, per_thread=DOWN_ROWS
+    )
     out = torch.empty_like(x)
     hidden_rows = second.rows_per_thread * (second.row_threads // experts_at_once)
     _down_kernel[(num_tokens, triton.cdiv(hidden, hidden_rows))](
