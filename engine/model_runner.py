@@ -206,12 +206,6 @@ class ModelRunner:
         ids = sample_on_device(logits, rows)  # the whole batch at once, forced tokens in place
         return SampledTokens(list(seqs), ids, HostCopy(ids), [seq.num_cached for seq in seqs])
 
-    def pick_tokens(
-        self, seqs: list[Sequence], logits: torch.Tensor, processor: OutputProcessor
-    ) -> list[int]:
-        """`sample`, read back at once: the step's one host read."""
-        return self.sample(seqs, logits, processor).tolist()
-
     def _mask_stops(
         self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int], processor: OutputProcessor
     ) -> None:

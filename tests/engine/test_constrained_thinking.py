@@ -152,7 +152,7 @@ def test_a_stop_string_in_the_thinking_does_not_end_a_constrained_request(tiny_l
 def test_stop_tokens_are_masked_before_think_end_and_allowed_once_the_answer_is_complete(
     tiny_llm: LLM,
 ) -> None:
-    """pick_tokens on scripted logits (end tokens on top): a constrained row in its thinking never takes one (nor
+    """sample on scripted logits (end tokens on top): a constrained row in its thinking never takes one (nor
     a token in its own stop_token_ids), a free row does; after `</think>` the grammar bars it mid-answer and
     allows it once the answer is complete."""
     runner, processor = tiny_llm.engine.runner, tiny_llm.processor
@@ -178,7 +178,7 @@ def test_stop_tokens_are_masked_before_think_end_and_allowed_once_the_answer_is_
         return logits
 
     for _ in range(3):  # sampled rows too: the masked ids have probability 0
-        picked = runner.pick_tokens(seqs, scripted(eos + [own_stop]), processor)
+        picked = runner.sample(seqs, scripted(eos + [own_stop]), processor).tolist()
         assert picked[0] not in eos and picked[1] in eos
         assert picked[2] not in eos and picked[2] != own_stop
 
@@ -186,11 +186,11 @@ def test_stop_tokens_are_masked_before_think_end_and_allowed_once_the_answer_is_
     assert constrained.constraint.active and not answer_pending(constrained.constraint)
     for token in tiny_llm.tokenizer.encode('{"message": "hi"', add_special_tokens=False):
         processor.append_token(constrained, token)
-    (mid_answer,) = runner.pick_tokens([constrained], scripted(eos)[:1], processor)
+    (mid_answer,) = runner.sample([constrained], scripted(eos)[:1], processor).tolist()
     assert mid_answer not in eos  # the grammar: the object is not closed yet
     processor.append_token(constrained, tiny_llm.tokenizer.convert_tokens_to_ids("}"))
     assert not constrained.finished
-    (done,) = runner.pick_tokens([constrained], scripted(eos)[:1], processor)
+    (done,) = runner.sample([constrained], scripted(eos)[:1], processor).tolist()
     assert done in eos  # the answer is complete: the end token is allowed
     processor.append_token(constrained, done)
     assert constrained.finish_reason == "stop"

@@ -185,16 +185,16 @@ class _NoForcing:
 def test_repetition_penalty_steers_greedy_picks_away_from_seen_tokens() -> None:
     """vLLM's penalty on prompt and output tokens (positive logits divided, negative multiplied), applied before
     the greedy argmax and kept up to date as the output grows."""
-    runner = ModelRunner.__new__(ModelRunner)  # pick_tokens reads no runner state
+    runner = ModelRunner.__new__(ModelRunner)  # sample reads no runner state
     params = SamplingParams(temperature=0, repetition_penalty=2.0)
     seq = Sequence("r", None, [0, 1], params, None, in_thinking=False)
     logits = torch.tensor([[2.0, 1.5, 1.2, -1.0]])
     # Seen: 0 and 1 (the prompt) -> [1.0, 0.75, 1.2, -1.0]
-    assert runner.pick_tokens([seq], logits.clone(), _NoForcing()) == [2]
+    assert runner.sample([seq], logits.clone(), _NoForcing()).tolist() == [2]
     seq.output_ids.append(2)  # now 2 is seen too -> [1.0, 0.75, 0.6, -1.0]
-    assert runner.pick_tokens([seq], logits.clone(), _NoForcing()) == [0]
+    assert runner.sample([seq], logits.clone(), _NoForcing()).tolist() == [0]
     plain = Sequence("p", None, [0, 1], SamplingParams(temperature=0), None, in_thinking=False)
-    assert runner.pick_tokens([plain], logits.clone(), _NoForcing()) == [0]
+    assert runner.sample([plain], logits.clone(), _NoForcing()).tolist() == [0]
 
 
 @contextmanager
